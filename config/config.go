@@ -1,0 +1,294 @@
+// Package config is capsnap's configuration file: what it listens on, which
+// MCP servers it guards, where the principal comes from and which policy
+// applies. Decoding is strict and Validate names the field that is wrong, so
+// a typo stops the binary at start instead of silently weakening a check.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Principal sources.
+const (
+	// SourceMTLS takes the principal from the downstream peer certificate
+	// as Envoy reports it (attributes.source.principal): a SPIFFE ID.
+	SourceMTLS = "mtls"
+	// SourceJWT takes it from a claim of a token Envoy's jwt_authn filter
+	// verified and wrote to dynamic metadata.
+	SourceJWT = "jwt"
+	// SourceHeader takes it from a request header. Anyone can send a
+	// header, so this is for development only and must be unlocked with
+	// insecure_header: true.
+	SourceHeader = "header"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	// GRPCAddr is where the Envoy ext_authz and grpc.health.v1 services listen.
+	GRPCAddr string `yaml:"grpc_addr"`
+	// AdminAddr serves /healthz, /readyz and /metrics over HTTP.
+	AdminAddr string `yaml:"admin_addr"`
+	// PolicyFile is the policy that classifies tools and grants them.
+	PolicyFile string `yaml:"policy_file"`
+	// Principal says where the acting identity comes from.
+	Principal Principal `yaml:"principal"`
+	// Servers are the upstream MCP servers, by the server_id that Envoy's
+	// route puts in context_extensions.
+	Servers []Server `yaml:"servers"`
+	// Limits bound what a request body may be.
+	Limits Limits `yaml:"limits"`
+	// Log configures the operational log; audit lines go to stdout.
+	Log Log `yaml:"log"`
+}
+
+// Principal configures identity.
+type Principal struct {
+	Source string `yaml:"source"`
+	// JWT applies when Source is "jwt".
+	JWT JWT `yaml:"jwt"`
+	// Header is the request header read when Source is "header".
+	Header string `yaml:"header"`
+	// InsecureHeader must be true for Source "header": a deliberate,
+	// logged opt-in to trusting a client-supplied identity.
+	InsecureHeader bool `yaml:"insecure_header"`
+}
+
+// JWT locates a verified claim in Envoy's dynamic metadata.
+type JWT struct {
+	// MetadataNamespace is the filter namespace jwt_authn writes into.
+	MetadataNamespace string `yaml:"metadata_namespace"`
+	// PayloadKey is the jwt_authn provider's payload_in_metadata.
+	PayloadKey string `yaml:"payload_key"`
+	// Claim is the claim that names the principal.
+	Claim string `yaml:"claim"`
+}
+
+// Server is one upstream MCP server. Exactly one of URL and CatalogFile.
+type Server struct {
+	ID string `yaml:"id"`
+	// URL is the server's streamable HTTP endpoint; capsnap connects to it
+	// directly (not through Envoy) as an MCP client to keep its own view.
+	URL string `yaml:"url"`
+	// CatalogFile is a static tools/list result to use instead of a URL.
+	CatalogFile string `yaml:"catalog_file"`
+	// ProtocolVersion is the MCP version capsnap speaks to the server.
+	ProtocolVersion string `yaml:"protocol_version"`
+	// Resync is the backstop interval for relisting even without a
+	// list_changed notification.
+	Resync time.Duration `yaml:"resync_interval"`
+}
+
+// Limits bound request bodies.
+type Limits struct {
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	MaxDepth     int `yaml:"max_depth"`
+}
+
+// Log configures the operational log.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Default returns the configuration capsnap uses for every field a file
+// leaves out. Its addresses are the ones the demo's Envoy YAML points at.
+func Default() Config {
+	return Config{
+		GRPCAddr:  "127.0.0.1:9001",
+		AdminAddr: "127.0.0.1:9002",
+		Principal: Principal{
+			Source: SourceMTLS,
+			JWT:    JWT{MetadataNamespace: "envoy.filters.http.jwt_authn", PayloadKey: "jwt_payload", Claim: "sub"},
+			Header: "x-capsnap-dev-principal",
+		},
+		Limits: Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
+		Log:    Log{Level: "info", Format: "json"},
+	}
+}
+
+const (
+	defaultResync   = 30 * time.Second
+	defaultProtocol = "2025-11-25"
+)
+
+// Load reads, decodes and validates a configuration file. Relative paths in
+// it are taken relative to the file's directory.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("load config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("load config %s: %w", path, err)
+	}
+	c.resolvePaths(filepath.Dir(path))
+	return c, nil
+}
+
+// Parse decodes a configuration over the defaults, rejecting unknown keys,
+// and validates it.
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("decode: %w", err)
+	}
+	if err := dec.Decode(new(any)); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("decode: more than one YAML document")
+	}
+	for i := range c.Servers {
+		if c.Servers[i].Resync == 0 {
+			c.Servers[i].Resync = defaultResync
+		}
+		if c.Servers[i].ProtocolVersion == "" && c.Servers[i].URL != "" {
+			c.Servers[i].ProtocolVersion = defaultProtocol
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c *Config) resolvePaths(dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	c.PolicyFile = abs(c.PolicyFile)
+	for i := range c.Servers {
+		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
+	}
+}
+
+var (
+	serverIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	headerPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	protocols       = []string{"2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+)
+
+// Validate reports the first problem it finds, naming the field.
+func (c Config) Validate() error {
+	if err := validAddr(c.GRPCAddr); err != nil {
+		return fmt.Errorf("grpc_addr: %w", err)
+	}
+	if err := validAddr(c.AdminAddr); err != nil {
+		return fmt.Errorf("admin_addr: %w", err)
+	}
+	if c.GRPCAddr == c.AdminAddr {
+		return fmt.Errorf("admin_addr: same as grpc_addr %q", c.GRPCAddr)
+	}
+	if c.PolicyFile == "" {
+		return errors.New("policy_file: required")
+	}
+	if err := c.Principal.validate(); err != nil {
+		return fmt.Errorf("principal.%w", err)
+	}
+	if len(c.Servers) == 0 {
+		return errors.New("servers: at least one server is required")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Servers {
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("servers[%d].%w", i, err)
+		}
+		if seen[s.ID] {
+			return fmt.Errorf("servers[%d].id: %q is listed twice", i, s.ID)
+		}
+		seen[s.ID] = true
+	}
+	if c.Limits.MaxBodyBytes < 1024 || c.Limits.MaxBodyBytes > 64<<20 {
+		return fmt.Errorf("limits.max_body_bytes: %d is outside 1024..%d", c.Limits.MaxBodyBytes, 64<<20)
+	}
+	if c.Limits.MaxDepth < 8 || c.Limits.MaxDepth > 1000 {
+		return fmt.Errorf("limits.max_depth: %d is outside 8..1000", c.Limits.MaxDepth)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		return fmt.Errorf("log.format: %q is not json or console", c.Log.Format)
+	}
+	return nil
+}
+
+func (p Principal) validate() error {
+	switch p.Source {
+	case SourceMTLS:
+	case SourceJWT:
+		if p.JWT.MetadataNamespace == "" || p.JWT.PayloadKey == "" || p.JWT.Claim == "" {
+			return errors.New("jwt: metadata_namespace, payload_key and claim are required")
+		}
+	case SourceHeader:
+		if !p.InsecureHeader {
+			return errors.New("source: \"header\" trusts whatever the client sends; set insecure_header: true to accept that in development")
+		}
+		if !headerPattern.MatchString(p.Header) {
+			return fmt.Errorf("header: %q is not a lower-case header name", p.Header)
+		}
+	default:
+		return fmt.Errorf("source: %q is not mtls, jwt or header", p.Source)
+	}
+	if p.InsecureHeader && p.Source != SourceHeader {
+		return errors.New("insecure_header: set, but source is not \"header\"")
+	}
+	return nil
+}
+
+func (s Server) validate() error {
+	if !serverIDPattern.MatchString(s.ID) {
+		return fmt.Errorf("id: %q must match %s", s.ID, serverIDPattern)
+	}
+	switch {
+	case s.URL != "" && s.CatalogFile != "":
+		return errors.New("url: set together with catalog_file; choose one")
+	case s.URL == "" && s.CatalogFile == "":
+		return errors.New("url: one of url and catalog_file is required")
+	case s.URL != "":
+		u, err := url.Parse(s.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("url: %q is not an http(s) URL", s.URL)
+		}
+		if !slices.Contains(protocols, s.ProtocolVersion) {
+			return fmt.Errorf("protocol_version: %q is not one of %s", s.ProtocolVersion, strings.Join(protocols, ", "))
+		}
+	case s.ProtocolVersion != "":
+		return errors.New("protocol_version: only applies with url")
+	}
+	if s.Resync < time.Second {
+		return fmt.Errorf("resync_interval: %s is below 1s", s.Resync)
+	}
+	return nil
+}
+
+func validAddr(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q: %w", a, err)
+	}
+	if port == "" {
+		return fmt.Errorf("%q: no port", a)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package config
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadInvalid(t *testing.T) {
+	f, err := os.Open("testdata/invalid/want.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, want, _ := strings.Cut(sc.Text(), "\t")
+		seen++
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(filepath.Join("testdata/invalid", name+".yaml"))
+			if err == nil {
+				t.Fatalf("Load succeeded, want error containing %q", want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not contain %q", err, want)
+			}
+		})
+	}
+	files, _ := filepath.Glob("testdata/invalid/*.yaml")
+	if seen != len(files) {
+		t.Fatalf("want.txt lists %d cases, testdata/invalid has %d files", seen, len(files))
+	}
+}
+
+func TestLoadValid(t *testing.T) {
+	c, err := Load("testdata/valid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata")
+	if c.PolicyFile != filepath.Join("testdata", "policy.yaml") && c.PolicyFile != filepath.Join(dir, "policy.yaml") {
+		t.Errorf("policy_file = %q, want it relative to the config's directory", c.PolicyFile)
+	}
+	if got := c.Servers[1].CatalogFile; got != filepath.Join("testdata", "files-catalog.json") {
+		t.Errorf("catalog_file = %q, want it relative to the config's directory", got)
+	}
+	d := Default()
+	if c.GRPCAddr != d.GRPCAddr || c.AdminAddr != d.AdminAddr || c.Limits != d.Limits {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.Principal.JWT.MetadataNamespace != "envoy.filters.http.jwt_authn" || c.Principal.JWT.PayloadKey != "verified" {
+		t.Errorf("jwt defaults not merged with the file: %+v", c.Principal.JWT)
+	}
+	if s := c.Servers[0]; s.Resync != 30*time.Second || s.ProtocolVersion != "2025-11-25" {
+		t.Errorf("server defaults not applied: %+v", s)
+	}
+	if c.Servers[1].ProtocolVersion != "" {
+		t.Errorf("a catalog file has no protocol version, got %q", c.Servers[1].ProtocolVersion)
+	}
+}
