@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/capsnap/capsnap/catalog"
+	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/policy"
+)
+
+// shutdownGrace bounds how long in-flight Checks may take to finish.
+const shutdownGrace = 10 * time.Second
+
+func checkCmd(args []string, stdout, stderr io.Writer) error {
+	path, err := configFlag("check", args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	p, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return err
+	}
+	if _, err := sources(cfg, zerolog.Nop()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), p.Digest())
+	return nil
+}
+
+func serveCmd(args []string, stdout, stderr io.Writer) error {
+	path, err := configFlag("serve", args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	audit := zerolog.New(stdout).With().Timestamp().Str("log", "audit").Logger()
+
+	pol, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return err
+	}
+	if cfg.Principal.Source == config.SourceHeader {
+		log.Warn().Str("header", cfg.Principal.Header).
+			Msg("INSECURE: principal taken from a client-supplied header; Envoy must strip it from clients. Development only.")
+	}
+	srcs, err := sources(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cat := catalog.New(srcs, catalog.Options{Logger: log})
+	srv, err := extauthz.New(extauthz.Options{
+		Catalog:   cat,
+		Servers:   cat.Servers(),
+		Policy:    pol,
+		Principal: cfg.Principal,
+		Limits:    mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
+		Audit:     audit,
+		Metrics:   extauthz.NewMetrics(reg),
+	})
+	if err != nil {
+		return err
+	}
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	admin := &http.Server{Handler: adminMux(cat, reg), ReadHeaderTimeout: 5 * time.Second}
+
+	ctx, stop := signalContext()
+	defer stop()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return cat.Run(ctx) })
+	g.Go(func() error { return gs.Serve(grpcLis) })
+	g.Go(func() error {
+		if err := admin.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
+	g.Go(func() error {
+		<-ctx.Done()
+		hs.Shutdown()
+		log.Info().Msg("shutting down: finishing in-flight checks")
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			gs.Stop()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		return admin.Shutdown(sctx)
+	})
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	log.Info().Str("grpc_addr", cfg.GRPCAddr).Str("admin_addr", cfg.AdminAddr).
+		Str("policy_digest", pol.Digest()).Str("version", versionString()).Msg("capsnap serving")
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// reloadOnHUP reloads the policy on SIGHUP. An invalid policy keeps the
+// last good one: a reload never fails open.
+func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zerolog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			p, err := policy.Load(path)
+			if err != nil {
+				log.Error().Err(err).Msg("policy reload refused; keeping the last good policy")
+				continue
+			}
+			srv.SetPolicy(p)
+			log.Info().Str("policy_digest", p.Digest()).Msg("policy reloaded")
+		}
+	}
+}
+
+func adminMux(cat *catalog.Catalog, reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		for _, id := range cat.Servers() {
+			if _, _, err := cat.Lookup(id); err != nil {
+				http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+func newLogger(c config.Log, w io.Writer) zerolog.Logger {
+	if c.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	level, err := zerolog.ParseLevel(c.Level)
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// sources builds a catalog source for every configured server. Catalog
+// files are read here too, so that a bad one stops the binary at start (and
+// fails check) instead of leaving a server unavailable.
+func sources(cfg config.Config, log zerolog.Logger) (map[string]catalog.Source, error) {
+	out := make(map[string]catalog.Source, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		if s.CatalogFile != "" {
+			f := &catalog.FileSource{Path: s.CatalogFile}
+			if _, err := f.Load(); err != nil {
+				return nil, fmt.Errorf("servers %s: %w", s.ID, err)
+			}
+			out[s.ID] = f
+			continue
+		}
+		out[s.ID] = &catalog.MCPSource{
+			URL: s.URL, ProtocolVersion: s.ProtocolVersion, Resync: s.Resync,
+			Logger: log.With().Str("server_id", s.ID).Logger(),
+		}
+	}
+	return out, nil
+}

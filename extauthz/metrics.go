@@ -1,0 +1,79 @@
+package extauthz
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the decision metrics. Every label value is bounded: decision
+// and reason come from closed sets, server_id from the configuration (any
+// other is reported as "unknown"), effect_class from the four classes.
+// Principals, tools, epochs and arguments are never labels.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+// NewMetrics registers the decision metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "capsnap",
+			Name:      "decisions_total",
+			Help:      "Check decisions by decision (allow, deny), reason, server_id and effect class.",
+		}, []string{"decision", "reason", "server_id", "effect_class"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "capsnap",
+			Name:      "check_duration_seconds",
+			Help:      "Time to decide one Check, from request to response.",
+			Buckets:   []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3, 25e-3},
+		}),
+	}
+	reg.MustRegister(m.decisions, m.latency)
+	return m
+}
+
+func (s *Server) record(d *decision, elapsed time.Duration) {
+	verdict, reason := "allow", "ok"
+	if d.fail != nil {
+		verdict, reason = "deny", string(d.fail.Reason)
+	}
+	if s.metrics != nil {
+		server := d.serverID
+		if !s.servers[server] {
+			server = "unknown"
+		}
+		effect := "none"
+		if d.effect != 0 {
+			effect = d.effect.String()
+		}
+		s.metrics.decisions.WithLabelValues(verdict, reason, server, effect).Inc()
+		s.metrics.latency.Observe(elapsed.Seconds())
+	}
+	ev := s.audit.Log().
+		Str("decision", verdict).
+		Str("reason", reason).
+		Str("request_id", d.requestID).
+		Str("principal", d.principal).
+		Str("server_id", d.serverID).
+		Str("mcp_method", d.method).
+		Str("protocol_version", string(d.version)).
+		Int64("latency_us", elapsed.Microseconds())
+	if d.session != "" {
+		ev = ev.Str("session", d.session)
+	}
+	if len(d.id) > 0 {
+		ev = ev.RawJSON("jsonrpc_id", d.id)
+	}
+	if d.tool != "" {
+		ev = ev.Str("tool", d.tool).Str("schema_digest", d.digest)
+	}
+	if d.effect != 0 {
+		ev = ev.Str("effect_class", d.effect.String()).Str("policy_digest", d.policyDigest)
+	}
+	if d.fail != nil {
+		ev = ev.Str("detail", d.fail.Detail)
+	}
+	ev.Msg("decision")
+}

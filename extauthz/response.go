@@ -1,0 +1,154 @@
+package extauthz
+
+import (
+	"encoding/json"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/capsnap/capsnap/deny"
+)
+
+// CodeDenied is the JSON-RPC error code of every capsnap denial. JSON-RPC
+// reserves -32768..-32000 and MCP defines no code for a policy refusal, so
+// capsnap takes one outside that range; data.reason says which refusal.
+const CodeDenied = -31000
+
+// Headers capsnap sets. Every header with HeaderPrefix that a client sends
+// is removed before the request reaches the upstream, so the upstream can
+// trust them.
+const (
+	HeaderPrefix       = "x-capsnap-"
+	HeaderReason       = "x-capsnap-reason"
+	HeaderServerID     = "x-capsnap-server-id"
+	HeaderTool         = "x-capsnap-tool"
+	HeaderSchemaDigest = "x-capsnap-schema-digest"
+	HeaderEffectClass  = "x-capsnap-effect-class"
+	HeaderPolicyDigest = "x-capsnap-policy-digest"
+	HeaderPrincipal    = "x-capsnap-principal"
+)
+
+func (d *decision) response() *authv3.CheckResponse {
+	if d.fail != nil {
+		return d.denied()
+	}
+	var set []*corev3.HeaderValueOption
+	if d.tool != "" {
+		set = []*corev3.HeaderValueOption{
+			overwrite(HeaderServerID, d.serverID),
+			overwrite(HeaderTool, d.tool),
+			overwrite(HeaderSchemaDigest, d.digest),
+			overwrite(HeaderEffectClass, d.effect.String()),
+			overwrite(HeaderPolicyDigest, d.policyDigest),
+			overwrite(HeaderPrincipal, d.principal),
+		}
+	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(code.Code_OK)},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+			Headers:         set,
+			HeadersToRemove: d.removeClientHeaders(set),
+		}},
+	}
+}
+
+// removeClientHeaders lists the client's x-capsnap-* headers that capsnap
+// does not overwrite. Envoy removes after it sets, so a header capsnap sets
+// must not be listed here.
+func (d *decision) removeClientHeaders(set []*corev3.HeaderValueOption) []string {
+	var out []string
+outer:
+	for _, h := range d.clientHeaders {
+		for _, s := range set {
+			if s.GetHeader().GetKey() == h {
+				continue outer
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func overwrite(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, Value: v},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// errorBody is the JSON-RPC error object a denied request gets back, for the
+// same id, so that an MCP client surfaces capsnap's reason instead of a bare
+// HTTP status.
+type errorBody struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   struct {
+		Code    int       `json:"code"`
+		Message string    `json:"message"`
+		Data    errorData `json:"data"`
+	} `json:"error"`
+}
+
+type errorData struct {
+	Reason   deny.Reason `json:"reason"`
+	Detail   string      `json:"detail,omitempty"`
+	ServerID string      `json:"server_id,omitempty"`
+	Tool     string      `json:"tool,omitempty"`
+}
+
+func (d *decision) denied() *authv3.CheckResponse {
+	var b errorBody
+	b.JSONRPC = "2.0"
+	b.ID = d.id
+	if len(b.ID) == 0 {
+		b.ID = json.RawMessage("null")
+	}
+	b.Error.Code = CodeDenied
+	b.Error.Message = "capsnap denied the request: " + string(d.fail.Reason)
+	b.Error.Data = errorData{Reason: d.fail.Reason, Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool}
+	body, err := json.Marshal(b)
+	if err != nil {
+		// Every field is a string or already-validated JSON; this cannot
+		// happen, and if it did the denial must still stand.
+		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
+	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status: &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
+			Headers: []*corev3.HeaderValueOption{
+				overwrite(HeaderReason, string(d.fail.Reason)),
+				overwrite("content-type", "application/json"),
+			},
+			Body: string(body),
+		}},
+	}
+}
+
+// httpStatus maps a reason to the HTTP status of its denial. Every one is a
+// 4xx that MCP SDK clients read the JSON-RPC body of; a 5xx would be taken
+// as transient and its body dropped.
+func httpStatus(r deny.Reason) typev3.StatusCode {
+	switch r {
+	case deny.MalformedRequest, deny.HeaderMismatch:
+		return typev3.StatusCode_BadRequest
+	case deny.UnsupportedEncoding, deny.UnsupportedMediaType:
+		return typev3.StatusCode_UnsupportedMediaType
+	default:
+		return typev3.StatusCode_Forbidden
+	}
+}
+
+func clientHeaders(h map[string]string) []string {
+	var out []string
+	for k := range h {
+		if strings.HasPrefix(k, HeaderPrefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
