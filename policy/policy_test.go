@@ -77,7 +77,7 @@ func TestDecide(t *testing.T) {
 // every other tool's alone, or a reload would drift-deny unrelated snapshots.
 func TestDecisionDigestIsPerRule(t *testing.T) {
 	base := File{
-		Tools: []ToolRule{{"billing", "refund", "money_move"}, {"billing", "lookup_order", "read"}},
+		Tools:      []ToolRule{{"billing", "refund", "money_move"}, {"billing", "lookup_order", "read"}},
 		Principals: []PrincipalRule{{ID: "a", Grants: []Grant{{Server: "billing", Tools: []string{"refund", "lookup_order"}}}}},
 	}
 	edited := base

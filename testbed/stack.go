@@ -140,7 +140,9 @@ func (s *Stack) StartCapsnap(ctx context.Context) (err error) {
 }
 
 // MCPURL is the billing server's MCP endpoint behind Envoy.
-func (s *Stack) MCPURL() string { return fmt.Sprintf("http://%s/billing/mcp", addr(s.opts.Ports.Envoy)) }
+func (s *Stack) MCPURL() string {
+	return fmt.Sprintf("http://%s/billing/mcp", addr(s.opts.Ports.Envoy))
+}
 
 // BillingURL is the billing server itself, bypassing Envoy.
 func (s *Stack) BillingURL() string { return "http://" + addr(s.opts.Ports.Billing) }

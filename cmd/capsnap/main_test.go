@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/capsnap/capsnap/mcpparse"
+)
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // regexp
+		stderr string // substring
+	}{
+		{"no args", nil, exitUsage, "", "usage:"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
+		{"version", []string{"version"}, exitOK, `^capsnap \S+\n$`, ""},
+		{"check ok", []string{"check", "--config", "testdata/ok.yaml"}, exitOK, `testdata/ok.yaml: ok \(1 servers, policy sha256:[0-9a-f]{64}\)`, ""},
+		{"check without config", []string{"check"}, exitUsage, "", "exactly --config FILE is required"},
+		{"check missing file", []string{"check", "--config", "testdata/nope.yaml"}, exitFailure, "", "no such file"},
+		{"check invalid policy", []string{"check", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", `tools[0].effect: unknown effect class "superuser"`},
+		{"check invalid catalog", []string{"check", "--config", "testdata/bad-catalog.yaml"}, exitFailure, "", "both named"},
+		{"serve invalid policy", []string{"serve", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", "unknown effect class"},
+		{"digest", []string{"digest", "testdata/tools.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\nlookup_order sha256:[0-9a-f]{64}\nexport_ledger sha256:[0-9a-f]{64}\n$`, ""},
+		{"digest response", []string{"digest", "testdata/response.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\n$`, ""},
+		{"digest duplicate", []string{"digest", "testdata/dup-tools.json"}, exitFailure, "", "both named"},
+		{"digest no file", []string{"digest"}, exitUsage, "", "exactly one FILE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, &stdout, &stderr)
+			}
+			if tt.stdout != "" && !regexp.MustCompile(tt.stdout).MatchString(stdout.String()) {
+				t.Errorf("stdout %q does not match %s", &stdout, tt.stdout)
+			}
+			if !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("stderr %q does not contain %q", &stderr, tt.stderr)
+			}
+		})
+	}
+}
+
+// The digest command and the library agree, and a whole response and its
+// bare result give the same digest.
+func TestDigestMatchesLibrary(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := mcpparse.ToolsDigests(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if run([]string{"digest", "testdata/tools.json"}, &a, new(bytes.Buffer)) != exitOK ||
+		run([]string{"digest", "testdata/response.json"}, &b, new(bytes.Buffer)) != exitOK {
+		t.Fatal("digest failed")
+	}
+	if first := strings.SplitN(a.String(), "\n", 2)[0]; first != want[0].Name+" "+want[0].Digest {
+		t.Errorf("first line %q, want %s %s", first, want[0].Name, want[0].Digest)
+	}
+	if strings.TrimSpace(b.String()) != want[0].Name+" "+want[0].Digest {
+		t.Errorf("response form gave %q, want the same digest as the result form", b.String())
+	}
+}
