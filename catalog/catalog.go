@@ -1,8 +1,13 @@
 // Package catalog is capsnap's own live view of each upstream MCP server's
-// tools. capsnap never takes a tool's definition from the request it is
-// deciding: it keeps, per server, the last complete tools/list it fetched
-// itself (as an MCP client, or from a static file), with the digest of
-// every tool and when the list was fetched.
+// tools.
+//
+// capsnap never takes a tool's definition from the request it is deciding:
+// it keeps, per server, the last complete tools/list it fetched itself (as an
+// MCP client with MCPSource, or from a static file with FileSource), with the
+// schema digest of every tool, when the list was fetched and whether the
+// latest attempt to refresh it failed. Deciding whether a list is fresh
+// enough for a given call is the caller's business; the catalog only keeps
+// the facts straight and never publishes a partial list.
 package catalog
 
 import (
@@ -20,26 +25,35 @@ import (
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
-// Tool is one tool as the server last published it.
+// Tool is one tool as its server last published it.
 type Tool struct {
 	Name string
 	// Digest is the schema digest (mcpparse.ToolDigest) of the definition.
 	Digest string
 	// Definition is the canonical (RFC 8785) governing definition that was
-	// hashed.
+	// hashed: exactly the bytes Digest covers.
 	Definition json.RawMessage
-	// Since is the list generation in which this definition first appeared.
+	// InputSchema is the inputSchema member of Definition, nil if the
+	// definition has none.
+	InputSchema json.RawMessage
+	// Since is the generation of the list in which this definition
+	// appeared and has been listed ever since. A definition that changed
+	// and changed back has the same digest but a later Since: whatever was
+	// decided before the change was decided on evidence that expired.
 	Since uint64
 }
 
-// List is one immutable, complete view of a server's tools.
+// List is one immutable, complete view of a server's tools. Callers must not
+// modify it: every Lookup returns the same value until the next fetch.
 type List struct {
 	ServerID string
-	Tools    map[string]Tool // by name, unique within a server
+	// Tools is keyed by name, which is unique within a server.
+	Tools map[string]Tool
 	// FetchedAt is when the server last answered tools/list with this
 	// content.
 	FetchedAt time.Time
-	// Generation increments each time the content changes.
+	// Generation starts at 1 and increments each time the content changes;
+	// a refetch of the same content keeps it.
 	Generation uint64
 }
 
@@ -49,29 +63,40 @@ type Status struct {
 	Synced bool
 	// FetchedAt is when the current list was last confirmed.
 	FetchedAt time.Time
-	// LastAttempt is the last fetch, successful or not; LastError is its
-	// error, nil after a success.
+	// LastAttempt is the latest fetch, successful or not, and LastError its
+	// error: nil after a success. A failed refresh keeps the last good list.
 	LastAttempt time.Time
 	LastError   error
 }
 
-// Publish hands a Source's result to the catalog: the raw definitions of a
-// complete tools/list, or the error that prevented one.
+// Publish hands the catalog the outcome of one fetch: every tool definition
+// of a complete tools/list (all pages), as JSON, or the error that kept the
+// source from getting one.
 type Publish func(defs []json.RawMessage, err error)
 
-// Source fetches one server's tools. Run publishes every complete list and
-// every failure until ctx ends.
+// Source fetches one server's tools.
 type Source interface {
+	// Run publishes every complete list and every failed attempt until ctx
+	// ends, then returns nil. It returns an error only when it cannot run at
+	// all, such as when it is misconfigured.
 	Run(ctx context.Context, publish Publish) error
 }
+
+var (
+	_ Source = (*MCPSource)(nil)
+	_ Source = (*FileSource)(nil)
+)
 
 // Options configure a Catalog.
 type Options struct {
 	Logger zerolog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// OnChange, if set, is called after a server's list changed, with the
-	// names of the tools that were added, removed or redefined.
+	// Clock stamps fetches; nil means time.Now.
+	Clock func() time.Time
+	// OnChange, if set, is called each time a server's list gets a new
+	// generation (its first list included, with prev nil), with the names
+	// of the tools added, removed or whose digest changed, sorted. Calls for
+	// one server are made one at a time and in generation order, from that
+	// server's source goroutine, so OnChange should return quickly.
 	OnChange func(serverID string, prev, next *List, changed []string)
 }
 
@@ -84,7 +109,8 @@ type Catalog struct {
 type server struct {
 	id  string
 	src Source
-	// mu serializes publishes; state is read lock-free on the hot path.
+	// mu serializes publishes, so that generations and OnChange calls are
+	// ordered; readers load state without it.
 	mu    sync.Mutex
 	state atomic.Pointer[state]
 }
@@ -94,13 +120,13 @@ type state struct {
 	status Status
 }
 
-// New returns a catalog of the given sources, by server_id. Nothing is
+// New returns a catalog of the given sources, keyed by server_id. Nothing is
 // fetched until Run.
 func New(sources map[string]Source, opts Options) *Catalog {
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
-	c := &Catalog{opts: opts, servers: map[string]*server{}}
+	c := &Catalog{opts: opts, servers: make(map[string]*server, len(sources))}
 	for id, src := range sources {
 		s := &server{id: id, src: src}
 		s.state.Store(&state{})
@@ -119,27 +145,36 @@ func (c *Catalog) Servers() []string {
 	return ids
 }
 
-// Run runs every source until ctx ends.
+// Run runs every source until ctx ends and returns nil then; call it once.
+// If a source cannot run at all, Run stops the others and returns that
+// error: a misconfigured server should stop capsnap at startup, not leave it
+// denying quietly.
 func (c *Catalog) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(c.servers))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		once    sync.Once
+		failure error
+	)
 	for _, s := range c.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.src.Run(ctx, func(defs []json.RawMessage, err error) { c.publish(s, defs, err) }); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("catalog %s: %w", s.id, err)
+		wg.Go(func() {
+			if err := s.src.Run(ctx, func(defs []json.RawMessage, err error) { c.publish(s, defs, err) }); err != nil {
+				err = fmt.Errorf("catalog %s: %w", s.id, err)
+				c.publish(s, nil, err)
+				once.Do(func() { failure = err })
+				cancel()
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	close(errs)
-	return <-errs
+	return failure
 }
 
 // Lookup returns a server's current list and status. A server that is not
 // configured, or has never been listed, is a catalog_unavailable denial:
-// without a view of the tools nothing can be verified.
+// without a view of its tools nothing can be verified. Once listed, the last
+// good list is returned even when later refreshes failed; Status says so.
 func (c *Catalog) Lookup(serverID string) (*List, Status, error) {
 	s, ok := c.servers[serverID]
 	if !ok {
@@ -158,66 +193,73 @@ func (c *Catalog) Lookup(serverID string) (*List, Status, error) {
 func (c *Catalog) publish(s *server, defs []json.RawMessage, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := c.opts.Now()
+	now := c.opts.Clock()
 	prev := s.state.Load()
 	next := &state{list: prev.list, status: prev.status}
 	next.status.LastAttempt = now
+	var tools map[string]Tool
 	if err == nil {
-		var list *List
-		list, err = build(s.id, defs, prev.list, now)
-		if err == nil {
-			changed := diff(prev.list, list)
-			if prev.list != nil && len(changed) == 0 {
-				list = &List{ServerID: s.id, Tools: prev.list.Tools, FetchedAt: now, Generation: prev.list.Generation}
-			}
-			next.list = list
-			next.status = Status{Synced: true, FetchedAt: now, LastAttempt: now}
-			s.state.Store(next)
-			if len(changed) > 0 {
-				c.opts.Logger.Info().Str("server_id", s.id).Uint64("generation", list.Generation).
-					Strs("changed", changed).Int("tools", len(list.Tools)).Msg("catalog changed")
-				if c.opts.OnChange != nil {
-					c.opts.OnChange(s.id, prev.list, list, changed)
-				}
-			}
-			return
-		}
+		tools, err = parseTools(defs)
 	}
-	next.status.LastError = err
+	if err != nil {
+		next.status.LastError = err
+		s.state.Store(next)
+		c.opts.Logger.Warn().Str("server_id", s.id).Err(err).Bool("synced", next.list != nil).
+			Msg("catalog refresh failed; keeping the last good list")
+		return
+	}
+
+	next.status = Status{Synced: true, FetchedAt: now, LastAttempt: now}
+	changed := diff(prev.list, tools)
+	if prev.list != nil && len(changed) == 0 {
+		// The same content again: only its freshness moves.
+		next.list = &List{ServerID: s.id, Tools: prev.list.Tools, FetchedAt: now, Generation: prev.list.Generation}
+		s.state.Store(next)
+		return
+	}
+	var gen uint64 = 1
+	if prev.list != nil {
+		gen = prev.list.Generation + 1
+	}
+	for name, t := range tools {
+		t.Since = gen
+		if p, ok := prev.list.tool(name); ok && p.Digest == t.Digest {
+			t.Since = p.Since
+		}
+		tools[name] = t
+	}
+	next.list = &List{ServerID: s.id, Tools: tools, FetchedAt: now, Generation: gen}
 	s.state.Store(next)
-	c.opts.Logger.Warn().Str("server_id", s.id).Err(err).Msg("catalog refresh failed; keeping the last good list")
+	c.opts.Logger.Info().Str("server_id", s.id).Uint64("generation", gen).
+		Strs("changed", changed).Int("tools", len(tools)).Msg("catalog changed")
+	if c.opts.OnChange != nil {
+		c.opts.OnChange(s.id, prev.list, next.list, changed)
+	}
 }
 
-// build turns one published tools/list into a List. A list with a malformed
+// parseTools digests one published tools/list. A list with a malformed
 // definition or a name listed twice is refused whole: capsnap cannot know
 // which of two same-named definitions a client would plan against.
-func build(serverID string, defs []json.RawMessage, prev *List, now time.Time) (*List, error) {
-	gen := uint64(1)
-	if prev != nil {
-		gen = prev.Generation + 1
-	}
-	l := &List{ServerID: serverID, Tools: make(map[string]Tool, len(defs)), FetchedAt: now, Generation: gen}
+func parseTools(defs []json.RawMessage) (map[string]Tool, error) {
+	tools := make(map[string]Tool, len(defs))
 	for i, def := range defs {
 		digest, canonical, err := mcpparse.ToolDigest(def)
 		if err != nil {
-			return nil, fmt.Errorf("tool %d: %w", i, err)
+			return nil, fmt.Errorf("read tools/list: tool %d: %w", i, err)
 		}
-		var id struct {
-			Name string `json:"name"`
+		var gov struct {
+			Name        string          `json:"name"`
+			InputSchema json.RawMessage `json:"inputSchema"`
 		}
-		if err := json.Unmarshal(canonical, &id); err != nil {
-			return nil, fmt.Errorf("tool %d: %w", i, err)
+		if err := json.Unmarshal(canonical, &gov); err != nil {
+			return nil, fmt.Errorf("read tools/list: tool %d: %w", i, err)
 		}
-		if _, dup := l.Tools[id.Name]; dup {
-			return nil, fmt.Errorf("tool %q is listed twice", id.Name)
+		if _, dup := tools[gov.Name]; dup {
+			return nil, fmt.Errorf("read tools/list: tool %q is listed twice", gov.Name)
 		}
-		t := Tool{Name: id.Name, Digest: digest, Definition: canonical, Since: gen}
-		if p, ok := prev.tool(id.Name); ok && p.Digest == digest {
-			t.Since = p.Since
-		}
-		l.Tools[id.Name] = t
+		tools[gov.Name] = Tool{Name: gov.Name, Digest: digest, Definition: canonical, InputSchema: gov.InputSchema}
 	}
-	return l, nil
+	return tools, nil
 }
 
 func (l *List) tool(name string) (Tool, bool) {
@@ -228,17 +270,17 @@ func (l *List) tool(name string) (Tool, bool) {
 	return t, ok
 }
 
-// diff names the tools added, removed or redefined between two lists, sorted.
-func diff(prev, next *List) []string {
+// diff names the tools added, removed or redefined since prev, sorted.
+func diff(prev *List, next map[string]Tool) []string {
 	var changed []string
-	for name, t := range next.Tools {
+	for name, t := range next {
 		if p, ok := prev.tool(name); !ok || p.Digest != t.Digest {
 			changed = append(changed, name)
 		}
 	}
 	if prev != nil {
 		for name := range prev.Tools {
-			if _, ok := next.Tools[name]; !ok {
+			if _, ok := next[name]; !ok {
 				changed = append(changed, name)
 			}
 		}

@@ -1,46 +1,125 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
-
-	"github.com/capsnap/capsnap/mcpparse"
+	"sync"
 )
 
-// FileSource is a static catalog: a file holding a tools/list result
-// ({"tools":[…]}). It is read once, when Run starts; a static catalog
-// changes by restarting capsnap, so that every change is a deliberate one.
+// FileSource is a static catalog: a file holding one tools/list result,
+// {"tools":[…]}. It is read when Run starts and reread on each Reload, and
+// never otherwise: the file is the operator's reviewed contract, not a live
+// view, so it changes only when the operator says so. A file that cannot be
+// read or parsed is published as an error, keeping the last good list.
 type FileSource struct {
 	Path string
+
+	once   sync.Once
+	reload chan struct{}
 }
 
-var _ Source = (*FileSource)(nil)
-
-// Run implements Source: it publishes the file's tools, then waits for ctx.
+// Run publishes the file, then again after each Reload, until ctx ends.
 func (f *FileSource) Run(ctx context.Context, publish Publish) error {
-	defs, err := f.Load()
-	publish(defs, err)
-	<-ctx.Done()
-	return nil
+	if f.Path == "" {
+		return errors.New("file source: no path")
+	}
+	for {
+		publish(f.Load())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.reloads():
+		}
+	}
 }
 
-// Load reads and checks the file: strict JSON, every tool digestible, no
-// name twice.
+// Reload asks a running source to reread its file. Reloads requested while
+// one is pending coalesce into one.
+func (f *FileSource) Reload() {
+	select {
+	case f.reloads() <- struct{}{}:
+	default:
+	}
+}
+
+func (f *FileSource) reloads() chan struct{} {
+	f.once.Do(func() { f.reload = make(chan struct{}, 1) })
+	return f.reload
+}
+
+// Load reads the file and checks it as the catalog will: a tools/list
+// result of strict, digestible definitions with no name twice. Run uses it;
+// call it directly to refuse a bad file at startup.
 func (f *FileSource) Load() ([]json.RawMessage, error) {
 	data, err := os.ReadFile(f.Path)
 	if err != nil {
 		return nil, fmt.Errorf("catalog file: %w", err)
 	}
-	if _, err := mcpparse.ToolsDigests(data); err != nil {
+	defs, err := parseToolsResult(data)
+	if err == nil {
+		_, err = parseTools(defs)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("catalog file %s: %w", f.Path, err)
 	}
-	var result struct {
-		Tools []json.RawMessage `json:"tools"`
+	return defs, nil
+}
+
+// parseToolsResult splits a tools/list result into its tool definitions.
+// Its members are read one by one, case-sensitively and only once each,
+// because encoding/json would quietly take the last of two "tools" members,
+// or a "Tools". The definitions themselves are checked strictly when they
+// are digested.
+func parseToolsResult(data []byte) ([]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New(`not a JSON object: want a tools/list result {"tools":[…]}`)
 	}
-	if err := json.Unmarshal(data, &result); err != nil || result.Tools == nil {
-		return nil, fmt.Errorf(`catalog file %s: want a tools/list result {"tools":[…]}`, f.Path)
+	var (
+		defs  []json.RawMessage
+		found bool
+	)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		switch key := tok.(string); key {
+		case "tools":
+			if found {
+				return nil, errors.New(`"tools" appears twice`)
+			}
+			found = true
+			if v[0] != '[' {
+				return nil, errors.New(`"tools" is not an array`)
+			}
+			if err := json.Unmarshal(v, &defs); err != nil {
+				return nil, fmt.Errorf(`"tools": %w`, err)
+			}
+		case "nextCursor":
+			var cursor string
+			if err := json.Unmarshal(v, &cursor); err != nil || cursor != "" {
+				return nil, errors.New("the file holds one page of a longer list (nextCursor is set)")
+			}
+		}
 	}
-	return result.Tools, nil
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the object")
+	}
+	if !found {
+		return nil, errors.New(`no "tools" member`)
+	}
+	return defs, nil
 }

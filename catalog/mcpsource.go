@@ -5,122 +5,302 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 )
 
-// MCPSource keeps a server's tools current as an MCP client on the official
-// Go SDK: it connects, lists every page, relists on
-// notifications/tools/list_changed (the GET event stream in the 2025
-// versions, subscriptions/listen in 2026-07-28) and on a timer as a
-// backstop, and reconnects with backoff when the server goes away.
+// Defaults of an MCPSource's zero fields.
+const (
+	DefaultResync     = 30 * time.Second
+	DefaultTimeout    = 10 * time.Second
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// minBackoff is the first reconnect delay. It is short because most losses
+// are a redeploy, and a server that is back is best relisted at once.
+const minBackoff = 100 * time.Millisecond
+
+// statelessVersion is the first MCP version without sessions, where
+// list_changed arrives on a subscriptions/listen stream rather than on the
+// GET stream of a session.
+const statelessVersion = "2026-07-28"
+
+// MCPSource keeps one server's list with an MCP client (the official Go SDK)
+// over streamable HTTP. It connects, lists every page of tools and publishes
+// them; it relists on notifications/tools/list_changed (a storm of which
+// coalesces into one relist at a time) and every Resync as a backstop. When
+// the connection, or the stream list_changed arrives on, is lost, it
+// reconnects with bounded exponential backoff and relists, so a change made
+// while it was away is not missed.
+//
+// On 2025-06-18 and 2025-11-25 list_changed arrives on the session's GET
+// stream; on 2026-07-28 the SDK opens a subscriptions/listen stream, and
+// MCPSource waits for the server's acknowledgement before its first list so
+// that no change falls between the two. A 2026-07-28 server that sets ttlMs
+// may have a backstop relist answered from the SDK's cache; list_changed
+// always empties it.
+//
+// The digests are over each tool as the SDK decoded it and encodes it back,
+// which is what an agent on the same SDK is shown and what the server's own
+// handler computes (package pincheck); JCS removes serializer noise.
 type MCPSource struct {
 	// URL is the server's streamable HTTP endpoint.
 	URL string
-	// ProtocolVersion is the MCP version to speak; empty lets the SDK pick.
+	// ProtocolVersion is the MCP version to ask for; empty means the SDK's
+	// latest. The server may negotiate an older one.
 	ProtocolVersion string
-	// Resync is the backstop relist interval.
+	// Resync is the backstop relist interval; zero means DefaultResync.
 	Resync time.Duration
-	// HTTPClient, if set, is used for every request.
+	// Timeout bounds connecting and each complete listing; zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// MaxBackoff caps the delay between reconnects; zero means
+	// DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// HTTPClient carries the requests; nil means a client of its own. It
+	// must have no Timeout, which would cut the notification streams.
 	HTTPClient *http.Client
-	// MinBackoff and MaxBackoff bound the wait before reconnecting; zero
-	// means 100ms and 10s.
-	MinBackoff, MaxBackoff time.Duration
-	Logger                 zerolog.Logger
+	// Logger records connections and their loss; give it the server_id.
+	Logger zerolog.Logger
 }
 
-var _ Source = (*MCPSource)(nil)
-
-// Run implements Source.
+// Run keeps the list until ctx ends.
 func (s *MCPSource) Run(ctx context.Context, publish Publish) error {
-	minB, maxB := s.MinBackoff, s.MaxBackoff
-	if minB <= 0 {
-		minB = 100 * time.Millisecond
+	if err := s.check(); err != nil {
+		return err
 	}
-	if maxB <= 0 {
-		maxB = 10 * time.Second
+	hc := s.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		defer hc.CloseIdleConnections()
 	}
-	backoff := minB
+	log := s.Logger.With().Str("url", s.URL).Logger()
+	delay := minBackoff
 	for {
-		listed, err := s.session(ctx, publish)
+		synced, err := s.session(ctx, hc, log, publish)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if listed {
-			backoff = minB
-		}
 		publish(nil, err)
+		if synced {
+			delay = minBackoff
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("catalog source failed; reconnecting")
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-time.After(backoff):
+		case <-t.C:
 		}
-		backoff = min(2*backoff, maxB)
+		delay = min(2*delay, orDefault(s.MaxBackoff, DefaultMaxBackoff))
 	}
 }
 
-// session connects once and keeps the list current until the connection
-// fails. listed reports whether it published at least one list.
-func (s *MCPSource) session(ctx context.Context, publish Publish) (listed bool, err error) {
-	// One pending relist is enough however many notifications arrive: a
-	// storm of list_changed costs one tools/list, not one each.
+func (s *MCPSource) check() error {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return fmt.Errorf("mcp source: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("mcp source: url %q is not an http(s) URL", s.URL)
+	}
+	if v := s.ProtocolVersion; v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+		return fmt.Errorf("mcp source: protocol version %q is not one of %v", v, mcp.SupportedProtocolVersions())
+	}
+	if s.HTTPClient != nil && s.HTTPClient.Timeout != 0 {
+		return errors.New("mcp source: the HTTP client has a Timeout, which would cut the list_changed stream")
+	}
+	return nil
+}
+
+// session connects once and keeps the list until the connection is lost or
+// ctx ends. synced reports whether it published a list, so that a server
+// that comes and goes is retried quickly rather than ever more slowly.
+func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Logger, publish Publish) (synced bool, err error) {
 	changed := make(chan struct{}, 1)
+	acked := make(chan struct{})
+	var ackOnce sync.Once
 	client := mcp.NewClient(&mcp.Implementation{Name: "capsnap-catalog", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			select {
 			case changed <- struct{}{}:
-			default:
+			default: // a relist is already due and will see this change too
 			}
 		},
 	})
-	t := &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: s.HTTPClient}
-	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
-	if err != nil {
-		return false, fmt.Errorf("connect %s: %w", s.URL, err)
+	client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "notifications/subscriptions/acknowledged" {
+				ackOnce.Do(func() { close(acked) })
+			}
+			return next(ctx, method, req)
+		}
+	})
+	watch := &listenWatch{base: hc.Transport, ended: make(chan struct{})}
+	if watch.base == nil {
+		watch.base = http.DefaultTransport
 	}
-	defer cs.Close()
-	closed := make(chan error, 1)
-	go func() { closed <- cs.Wait() }()
+	whc := *hc
+	whc.Transport = watch
+	transport := &mcp.StreamableClientTransport{
+		Endpoint:   s.URL,
+		HTTPClient: &whc,
+		// Any break of the GET stream ends the session at once: the SDK's
+		// own retries would resume it without the notifications sent in
+		// between, while a new session relists.
+		MaxRetries: -1,
+	}
 
-	resync := time.NewTicker(s.Resync)
-	defer resync.Stop()
+	timeout := orDefault(s.Timeout, DefaultTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cs, err := client.Connect(cctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	var waitErr error
+	closed := make(chan struct{})
+	go func() {
+		waitErr = cs.Wait()
+		close(closed)
+	}()
+	defer func() {
+		_ = cs.Close()
+		<-closed
+	}()
+
+	res := cs.InitializeResult()
+	listens := res.Capabilities != nil && res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
+	log.Info().Str("protocol_version", res.ProtocolVersion).Str("session_id", cs.ID()).Bool("list_changed", listens).
+		Msg("catalog connected")
+	if !listens {
+		log.Warn().Msg("server does not announce tools list_changed; relying on the resync timer")
+	}
+	if listens && res.ProtocolVersion >= statelessVersion {
+		t := time.NewTimer(timeout)
+		select {
+		case <-acked:
+			t.Stop()
+		case <-watch.ended:
+			t.Stop()
+			return false, errors.New("subscriptions/listen stream refused")
+		case <-t.C:
+			return false, errors.New("subscriptions/listen not acknowledged in time")
+		case <-ctx.Done():
+			t.Stop()
+			return false, nil
+		}
+	}
+
+	resync := orDefault(s.Resync, DefaultResync)
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
 	for {
-		defs, err := listAll(ctx, cs)
+		lctx, cancel := context.WithTimeout(ctx, timeout)
+		defs, err := listTools(lctx, cs)
+		cancel()
 		if err != nil {
-			return listed, err
+			return synced, fmt.Errorf("list tools: %w", err)
 		}
 		publish(defs, nil)
-		listed = true
+		synced = true
+		tick.Reset(resync)
 		select {
 		case <-ctx.Done():
-			return listed, nil
-		case err := <-closed:
-			if err == nil {
-				err = errors.New("session closed")
-			}
-			return listed, fmt.Errorf("%s: %w", s.URL, err)
+			return true, nil
+		case <-closed:
+			return true, fmt.Errorf("connection closed: %w", waitErr)
+		case <-watch.ended:
+			return true, errors.New("subscriptions/listen stream ended")
 		case <-changed:
-			s.Logger.Debug().Str("url", s.URL).Msg("tools/list_changed: relisting")
-		case <-resync.C:
+		case <-tick.C:
 		}
 	}
 }
 
-// listAll fetches every page of tools/list.
-func listAll(ctx context.Context, cs *mcp.ClientSession) ([]json.RawMessage, error) {
+// listTools fetches every page of tools/list.
+func listTools(ctx context.Context, cs *mcp.ClientSession) ([]json.RawMessage, error) {
 	var defs []json.RawMessage
-	for tool, err := range cs.Tools(ctx, nil) {
+	seen := map[string]bool{}
+	params := &mcp.ListToolsParams{}
+	for {
+		res, err := cs.ListTools(ctx, params)
 		if err != nil {
-			return nil, fmt.Errorf("tools/list: %w", err)
+			return nil, err
 		}
-		raw, err := json.Marshal(tool)
-		if err != nil {
-			return nil, fmt.Errorf("tools/list: %w", err)
+		for _, t := range res.Tools {
+			def, err := json.Marshal(t)
+			if err != nil {
+				return nil, fmt.Errorf("encode tool %q: %w", t.Name, err)
+			}
+			defs = append(defs, def)
 		}
-		defs = append(defs, raw)
+		if res.NextCursor == "" {
+			return defs, nil
+		}
+		if seen[res.NextCursor] {
+			return nil, fmt.Errorf("cursor %q came back: the pages loop", res.NextCursor)
+		}
+		seen[res.NextCursor] = true
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 	}
-	return defs, nil
+}
+
+// listenWatch closes ended when the 2026-07-28 subscriptions/listen stream
+// is refused or ends. The SDK opens that stream without waiting for it and
+// never reports its loss, after which list_changed would go unheard.
+type listenWatch struct {
+	base  http.RoundTripper
+	once  sync.Once
+	ended chan struct{}
+}
+
+func (w *listenWatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := w.base.RoundTrip(req)
+	if req.Header.Get("Mcp-Method") != "subscriptions/listen" {
+		return resp, err
+	}
+	if err != nil || resp.StatusCode/100 != 2 {
+		w.end()
+		return resp, err
+	}
+	resp.Body = &watchedBody{ReadCloser: resp.Body, end: w.end}
+	return resp, nil
+}
+
+func (w *listenWatch) end() { w.once.Do(func() { close(w.ended) }) }
+
+type watchedBody struct {
+	io.ReadCloser
+	end func()
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end()
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	b.end()
+	return b.ReadCloser.Close()
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
