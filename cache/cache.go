@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -80,6 +81,12 @@ type Store interface {
 	Latest(principal, serverID, session string) (*Snapshot, bool)
 	// Pinned returns the pin stored under exactly k.
 	Pinned(k Key) (Pin, bool)
+	// Invalidate records that tools of a server changed (or went away) in
+	// catalog generation gen: no snapshot minted from an earlier
+	// generation vouches for them any more, even if they change back.
+	Invalidate(serverID string, tools []string, gen uint64)
+	// ChangedAt is the generation of the last such change, 0 if none.
+	ChangedAt(serverID, tool string) uint64
 }
 
 var _ Store = (*Memory)(nil)
@@ -91,7 +98,12 @@ type Memory struct {
 	// latest maps (principal, server, session) to its newest epoch, and
 	// expires with that snapshot.
 	latest *ristretto.Cache[string, string]
-	now    func() time.Time
+	// changed holds, per (server, tool), the catalog generation it last
+	// changed in; it grows with the catalogs' tools, not with snapshots.
+	mu      sync.Mutex
+	changed map[[2]string]uint64
+	retain  time.Duration
+	now     func() time.Time
 }
 
 // MemoryOptions bound a Memory store.
@@ -99,6 +111,11 @@ type MemoryOptions struct {
 	// MaxSnapshots bounds how many snapshots are kept; the oldest-used go
 	// first when it is reached, and their calls deny with no_snapshot.
 	MaxSnapshots int64
+	// Retain keeps a snapshot this long past its valid_until, so that a
+	// late call is told snapshot_expired rather than no_snapshot. Expiry
+	// itself is decided by the caller against ValidUntil, never by
+	// whether the store still holds the snapshot.
+	Retain time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -129,7 +146,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	return &Memory{pins: pins, snapshots: snaps, latest: latest, now: o.Now}, nil
+	return &Memory{pins: pins, snapshots: snaps, latest: latest, changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}, nil
 }
 
 // pinsPerSnapshot sizes the pin cache: the typical number of tools a
@@ -149,6 +166,7 @@ func (m *Memory) Put(s *Snapshot) error {
 	if ttl <= 0 {
 		return fmt.Errorf("cache: snapshot %s is already expired", s.Epoch)
 	}
+	ttl += m.retain
 	for _, p := range s.Pins {
 		k := Key{ServerID: s.ServerID, ToolID: p.ToolID, SchemaDigest: p.SchemaDigest, Principal: s.Principal, Epoch: s.Epoch}
 		m.pins.SetWithTTL(k.String(), p, 1, ttl)
@@ -189,6 +207,24 @@ func latestKey(principal, serverID, session string) string {
 // Pinned implements Store.
 func (m *Memory) Pinned(k Key) (Pin, bool) {
 	return m.pins.Get(k.String())
+}
+
+// Invalidate implements Store.
+func (m *Memory) Invalidate(serverID string, tools []string, gen uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range tools {
+		if k := [2]string{serverID, t}; gen > m.changed[k] {
+			m.changed[k] = gen
+		}
+	}
+}
+
+// ChangedAt implements Store.
+func (m *Memory) ChangedAt(serverID, tool string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed[[2]string{serverID, tool}]
 }
 
 // NewEpoch returns an unguessable opaque epoch: 128 random bits.

@@ -48,6 +48,10 @@ type Config struct {
 	// Servers are the upstream MCP servers, by the server_id that Envoy's
 	// route puts in context_extensions.
 	Servers []Server `yaml:"servers"`
+	// Snapshots configures the capability snapshots minted at tools/list.
+	Snapshots Snapshots `yaml:"snapshots"`
+	// Catalog says when a server's catalog is too old to verify against.
+	Catalog Catalog `yaml:"catalog"`
 	// Limits bound what a request body may be.
 	Limits Limits `yaml:"limits"`
 	// Log configures the operational log; audit lines go to stdout.
@@ -91,6 +95,31 @@ type Server struct {
 	Resync time.Duration `yaml:"resync_interval"`
 }
 
+// Snapshots configures capability snapshots.
+type Snapshots struct {
+	// TTL is how long a snapshot is valid after it is minted: short, so a
+	// snapshot is never a standing grant.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxSnapshots bounds memory: the least recently used go first.
+	MaxSnapshots int64 `yaml:"max_snapshots"`
+}
+
+// MaxSnapshotTTL is the ceiling on snapshots.ttl.
+const MaxSnapshotTTL = time.Hour
+
+// Catalog bounds how stale a server's catalog may be.
+type Catalog struct {
+	// MaxAge is how long after its last confirmed tools/list a server's
+	// catalog still counts as live. A catalog that is older, never synced,
+	// or whose connection is failing denies tools/call
+	// (catalog_unavailable).
+	MaxAge time.Duration `yaml:"max_age"`
+	// AllowStaleReads lets a call to a tool pinned as effect class "read"
+	// pass on its snapshot alone while the catalog is unavailable. Off by
+	// default; every such decision is audited.
+	AllowStaleReads bool `yaml:"allow_stale_reads"`
+}
+
 // Limits bound request bodies.
 type Limits struct {
 	MaxBodyBytes int `yaml:"max_body_bytes"`
@@ -114,8 +143,10 @@ func Default() Config {
 			JWT:    JWT{MetadataNamespace: "envoy.filters.http.jwt_authn", PayloadKey: "jwt_payload", Claim: "sub"},
 			Header: "x-capsnap-dev-principal",
 		},
-		Limits: Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
-		Log:    Log{Level: "info", Format: "json"},
+		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
+		Catalog:   Catalog{MaxAge: 2 * time.Minute},
+		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
+		Log:       Log{Level: "info", Format: "json"},
 	}
 }
 
@@ -201,6 +232,15 @@ func (c Config) Validate() error {
 	if err := c.Principal.validate(); err != nil {
 		return fmt.Errorf("principal.%w", err)
 	}
+	if c.Snapshots.TTL < time.Second || c.Snapshots.TTL > MaxSnapshotTTL {
+		return fmt.Errorf("snapshots.ttl: %s is outside 1s..%s", c.Snapshots.TTL, MaxSnapshotTTL)
+	}
+	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 100_000_000 {
+		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..100000000", c.Snapshots.MaxSnapshots)
+	}
+	if c.Catalog.MaxAge < time.Second {
+		return fmt.Errorf("catalog.max_age: %s is below 1s", c.Catalog.MaxAge)
+	}
 	if len(c.Servers) == 0 {
 		return errors.New("servers: at least one server is required")
 	}
@@ -208,6 +248,9 @@ func (c Config) Validate() error {
 	for i, s := range c.Servers {
 		if err := s.validate(); err != nil {
 			return fmt.Errorf("servers[%d].%w", i, err)
+		}
+		if s.URL != "" && s.Resync >= c.Catalog.MaxAge {
+			return fmt.Errorf("servers[%d].resync_interval: %s is not below catalog.max_age %s; the catalog would go stale between resyncs", i, s.Resync, c.Catalog.MaxAge)
 		}
 		if seen[s.ID] {
 			return fmt.Errorf("servers[%d].id: %q is listed twice", i, s.ID)

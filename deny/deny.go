@@ -38,7 +38,63 @@ const (
 	UnclassifiedTool Reason = "unclassified_tool"
 	// ToolNotGranted: the policy does not let this principal call the tool.
 	ToolNotGranted Reason = "tool_not_granted"
+	// NoSnapshot: the call has no snapshot to be verified against, or its
+	// snapshot does not pin this tool on this server.
+	NoSnapshot Reason = "no_snapshot"
+
+	// The drift reasons: what the caller was authorized against has
+	// changed since.
+
+	// SchemaDrift: the tool's live definition is not the pinned one, or the
+	// tool is gone.
+	SchemaDrift Reason = "schema_drift"
+	// PolicyDrift: the rules that decided this tool have changed.
+	PolicyDrift Reason = "policy_drift"
+	// PrincipalMismatch: the snapshot was minted for someone else.
+	PrincipalMismatch Reason = "principal_mismatch"
+	// EffectEscalation: the tool's effect class is now stronger than the
+	// one that was reviewed.
+	EffectEscalation Reason = "effect_escalation"
+	// SnapshotExpired: the snapshot is past its valid_until.
+	SnapshotExpired Reason = "snapshot_expired"
 )
+
+// Drift reports whether r is a capability_drift denial: the contract the
+// caller planned against is not the one that would run.
+func (r Reason) Drift() bool {
+	switch r {
+	case SchemaDrift, PolicyDrift, PrincipalMismatch, EffectEscalation, SnapshotExpired:
+		return true
+	}
+	return false
+}
+
+// Where a denied caller must go next.
+const (
+	// ReturnToPlanning: list tools again and re-plan against what is live.
+	ReturnToPlanning = "planning"
+	// ReturnToAuthorization: list tools again to be authorized under the
+	// policy now in force.
+	ReturnToAuthorization = "authorization"
+	// ReturnToReview: stop; a person must review the stronger effect.
+	ReturnToReview = "review"
+	// ReturnToNone: nothing the caller can do will make this call valid.
+	ReturnToNone = "none"
+)
+
+// ReturnTo says what a caller denied for r must do next.
+func (r Reason) ReturnTo() string {
+	switch r {
+	case SchemaDrift, SnapshotExpired, NoSnapshot, UnknownTool:
+		return ReturnToPlanning
+	case PolicyDrift:
+		return ReturnToAuthorization
+	case EffectEscalation:
+		return ReturnToReview
+	default:
+		return ReturnToNone
+	}
+}
 
 // Error is a denial: a Reason and a human-readable detail for logs and the
 // caller. It is the only error type the decision path returns to Envoy.

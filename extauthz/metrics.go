@@ -67,10 +67,28 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		ev = ev.RawJSON("jsonrpc_id", d.id)
 	}
 	if d.tool != "" {
-		ev = ev.Str("tool", d.tool).Str("schema_digest", d.digest)
+		ev = ev.Str("tool", d.tool)
+	}
+	if d.snapshot != nil {
+		ev = ev.Str("epoch", d.snapshot.Epoch).Time("valid_until", d.snapshot.ValidUntil)
+		if d.tool == "" {
+			ev = ev.Int("pinned_tools", len(d.snapshot.Pins)).Uint64("catalog_generation", d.snapshot.CatalogGeneration)
+		}
+	}
+	if d.digest != "" {
+		ev = ev.Str("snapshot_digest", d.digest)
+	}
+	if d.liveDigest != "" {
+		ev = ev.Str("live_digest", d.liveDigest)
 	}
 	if d.effect != 0 {
 		ev = ev.Str("effect_class", d.effect.String()).Str("policy_digest", d.policyDigest)
+	}
+	if d.staleRead {
+		ev = ev.Bool("stale_catalog_read", true)
+	}
+	if d.fail != nil && d.fail.Reason.Drift() {
+		ev = ev.Bool("capability_drift", true).Str("return_to", d.fail.Reason.ReturnTo())
 	}
 	if d.fail != nil {
 		ev = ev.Str("detail", d.fail.Detail)

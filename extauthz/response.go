@@ -3,6 +3,7 @@ package extauthz
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -30,14 +31,25 @@ const (
 	HeaderEffectClass  = "x-capsnap-effect-class"
 	HeaderPolicyDigest = "x-capsnap-policy-digest"
 	HeaderPrincipal    = "x-capsnap-principal"
+	// HeaderEpoch carries the snapshot epoch: to the client on a tools/list
+	// response, from the client on a tools/call (optional; it then must
+	// match), and to the upstream on an allowed call.
+	HeaderEpoch = "x-capsnap-epoch"
+	// HeaderValidUntil tells the client when the epoch expires (RFC 3339).
+	HeaderValidUntil = "x-capsnap-valid-until"
+	// HeaderDrift is set on a capability_drift denial, to its reason.
+	HeaderDrift = "x-capability-drift"
 )
 
 func (d *decision) response() *authv3.CheckResponse {
 	if d.fail != nil {
 		return d.denied()
 	}
-	var set []*corev3.HeaderValueOption
-	if d.tool != "" {
+	var set, toClient []*corev3.HeaderValueOption
+	switch {
+	case d.tool != "":
+		// Through handler start: the upstream gets exactly what was
+		// verified, so its handler can check the pin against itself.
 		set = []*corev3.HeaderValueOption{
 			overwrite(HeaderServerID, d.serverID),
 			overwrite(HeaderTool, d.tool),
@@ -45,13 +57,20 @@ func (d *decision) response() *authv3.CheckResponse {
 			overwrite(HeaderEffectClass, d.effect.String()),
 			overwrite(HeaderPolicyDigest, d.policyDigest),
 			overwrite(HeaderPrincipal, d.principal),
+			overwrite(HeaderEpoch, d.snapshot.Epoch),
+		}
+	case d.snapshot != nil:
+		toClient = []*corev3.HeaderValueOption{
+			overwrite(HeaderEpoch, d.snapshot.Epoch),
+			overwrite(HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339)),
 		}
 	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_OK)},
 		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			Headers:         set,
-			HeadersToRemove: d.removeClientHeaders(set),
+			Headers:              set,
+			HeadersToRemove:      d.removeClientHeaders(set),
+			ResponseHeadersToAdd: toClient,
 		}},
 	}
 }
@@ -94,10 +113,20 @@ type errorBody struct {
 }
 
 type errorData struct {
-	Reason   deny.Reason `json:"reason"`
-	Detail   string      `json:"detail,omitempty"`
-	ServerID string      `json:"server_id,omitempty"`
-	Tool     string      `json:"tool,omitempty"`
+	Reason deny.Reason `json:"reason"`
+	// Drift is true for a capability_drift denial.
+	Drift bool `json:"capability_drift,omitempty"`
+	// ReturnTo is what the caller must do next (deny.ReturnTo*).
+	ReturnTo string `json:"return_to"`
+	Detail   string `json:"detail,omitempty"`
+	ServerID string `json:"server_id,omitempty"`
+	Tool     string `json:"tool,omitempty"`
+	Epoch    string `json:"epoch,omitempty"`
+	// SnapshotDigest is the schema digest the snapshot pinned; LiveDigest
+	// the one the server serves now.
+	SnapshotDigest string `json:"snapshot_digest,omitempty"`
+	LiveDigest     string `json:"live_digest,omitempty"`
+	SnapshotPolicy string `json:"snapshot_policy_digest,omitempty"`
 }
 
 func (d *decision) denied() *authv3.CheckResponse {
@@ -109,22 +138,36 @@ func (d *decision) denied() *authv3.CheckResponse {
 	}
 	b.Error.Code = CodeDenied
 	b.Error.Message = "capsnap denied the request: " + string(d.fail.Reason)
-	b.Error.Data = errorData{Reason: d.fail.Reason, Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool}
+	if d.fail.Reason.Drift() {
+		b.Error.Message = "capability_drift: " + string(d.fail.Reason) + "; return to " + d.fail.Reason.ReturnTo()
+	}
+	b.Error.Data = errorData{
+		Reason: d.fail.Reason, Drift: d.fail.Reason.Drift(), ReturnTo: d.fail.Reason.ReturnTo(),
+		Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool,
+		SnapshotDigest: d.digest, LiveDigest: d.liveDigest, SnapshotPolicy: d.policyDigest,
+	}
+	if d.snapshot != nil {
+		b.Error.Data.Epoch = d.snapshot.Epoch
+	}
 	body, err := json.Marshal(b)
 	if err != nil {
 		// Every field is a string or already-validated JSON; this cannot
 		// happen, and if it did the denial must still stand.
 		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
 	}
+	headers := []*corev3.HeaderValueOption{
+		overwrite(HeaderReason, string(d.fail.Reason)),
+		overwrite("content-type", "application/json"),
+	}
+	if d.fail.Reason.Drift() {
+		headers = append(headers, overwrite(HeaderDrift, string(d.fail.Reason)))
+	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
-			Headers: []*corev3.HeaderValueOption{
-				overwrite(HeaderReason, string(d.fail.Reason)),
-				overwrite("content-type", "application/json"),
-			},
-			Body: string(body),
+			Status:  &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
+			Headers: headers,
+			Body:    string(body),
 		}},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/rs/zerolog"
 
+	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
@@ -36,8 +37,14 @@ type Options struct {
 	Catalog Catalog
 	// Servers are the configured server_ids; a route naming any other is
 	// a misconfiguration and is denied.
-	Servers   []string
-	Policy    *policy.Policy
+	Servers []string
+	Policy  *policy.Policy
+	// Snapshots stores the snapshots minted at tools/list.
+	Snapshots cache.Store
+	// SnapshotTTL is how long a minted snapshot is valid.
+	SnapshotTTL time.Duration
+	// Freshness bounds how stale a catalog may be for tools/call.
+	Freshness config.Catalog
 	Principal config.Principal
 	Limits    mcpparse.Limits
 	// Audit receives one line per decision.
@@ -45,6 +52,9 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// NewEpoch makes snapshot epochs; nil means cache.NewEpoch. Tests
+	// replace it to get stable golden responses.
+	NewEpoch func() string
 }
 
 // Server implements authv3.AuthorizationServer.
@@ -53,11 +63,15 @@ type Server struct {
 	catalog   Catalog
 	servers   map[string]bool
 	policy    atomic.Pointer[policy.Policy]
+	snapshots cache.Store
+	ttl       time.Duration
+	freshness config.Catalog
 	principal config.Principal
 	limits    mcpparse.Limits
 	audit     zerolog.Logger
 	metrics   *Metrics
 	now       func() time.Time
+	newEpoch  func() string
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
@@ -65,17 +79,24 @@ var _ authv3.AuthorizationServer = (*Server)(nil)
 // New returns a Server. Policy and Catalog are required: capsnap never runs
 // without something to decide against.
 func New(o Options) (*Server, error) {
-	if o.Catalog == nil || o.Policy == nil {
-		return nil, errors.New("extauthz: catalog and policy are required")
+	if o.Catalog == nil || o.Policy == nil || o.Snapshots == nil {
+		return nil, errors.New("extauthz: catalog, policy and snapshot store are required")
+	}
+	if o.SnapshotTTL <= 0 || o.Freshness.MaxAge <= 0 {
+		return nil, errors.New("extauthz: snapshot TTL and catalog max age must be positive")
 	}
 	s := &Server{
 		catalog:   o.Catalog,
+		snapshots: o.Snapshots,
+		ttl:       o.SnapshotTTL,
+		freshness: o.Freshness,
 		servers:   map[string]bool{},
 		principal: o.Principal,
 		limits:    o.Limits,
 		audit:     o.Audit,
 		metrics:   o.Metrics,
 		now:       o.Now,
+		newEpoch:  o.NewEpoch,
 	}
 	for _, id := range o.Servers {
 		s.servers[id] = true
@@ -83,8 +104,18 @@ func New(o Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if s.newEpoch == nil {
+		s.newEpoch = cache.NewEpoch
+	}
 	s.policy.Store(o.Policy)
 	return s, nil
+}
+
+// CatalogChanged invalidates, in every snapshot of serverID, the tools that
+// a catalog change added, removed or redefined. It is the catalog's
+// OnChange. It never adds a tool to a snapshot: snapshots are immutable.
+func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed []string) {
+	s.snapshots.Invalidate(serverID, changed, next.Generation)
 }
 
 // SetPolicy swaps in a reloaded policy for every decision that starts after
@@ -114,11 +145,23 @@ type decision struct {
 	method       string
 	id           json.RawMessage
 	tool         string
-	digest       string
 	effect       policy.EffectClass
 	policyDigest string
-	// clientHeaders are the x-capsnap-* headers the client sent.
+	// digest is the pinned schema digest; liveDigest what the catalog
+	// holds now, when they were compared.
+	digest     string
+	liveDigest string
+	// snapshot is the snapshot minted (tools/list) or verified against
+	// (tools/call).
+	snapshot *cache.Snapshot
+	// staleRead marks a read allowed on its snapshot alone while the
+	// catalog was unavailable.
+	staleRead bool
+	// clientHeaders are the x-capsnap-* headers the client sent;
+	// clientEpoch and clientDigest the epoch and planned digest among them.
 	clientHeaders []string
+	clientEpoch   string
+	clientDigest  string
 }
 
 func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
@@ -128,6 +171,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	d.requestID = headers["x-request-id"]
 	d.serverID = attrs.GetContextExtensions()[ServerIDKey]
 	d.clientHeaders = clientHeaders(headers)
+	d.clientEpoch, d.clientDigest = headers[HeaderEpoch], headers[HeaderSchemaDigest]
 
 	// Parse. Only a POST carries JSON-RPC messages; the GET event stream
 	// and the DELETE that ends a session carry none to verify.
@@ -156,23 +200,28 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return deny.Errorf(deny.UnknownServer, "route names server_id %q, which capsnap is not configured for", d.serverID)
 	}
 
-	// Look up and verify each call. A batch carries at most one, so the
-	// digests pinned into the upstream headers name exactly one tool.
-	var call *mcpparse.Message
+	// Look up and verify. A batch carries at most one tools/call or
+	// tools/list, so the headers capsnap sets describe exactly one.
+	var m *mcpparse.Message
 	for i := range msgs {
-		if msgs[i].Kind != mcpparse.KindRequest || msgs[i].Method != "tools/call" {
+		if msgs[i].Kind != mcpparse.KindRequest || (msgs[i].Method != "tools/call" && msgs[i].Method != "tools/list") {
 			continue
 		}
-		if call != nil {
-			return deny.Errorf(deny.MalformedRequest, "a batch may carry at most one tools/call")
+		if m != nil {
+			return deny.Errorf(deny.MalformedRequest, "a batch may carry at most one tools/call or tools/list")
 		}
-		call = &msgs[i]
+		m = &msgs[i]
 	}
-	if call == nil {
+	switch {
+	case m == nil:
 		return nil
+	case m.Method == "tools/list":
+		d.method, d.id = m.Method, m.ID
+		return s.mint(d)
+	default:
+		d.method, d.id, d.tool = m.Method, m.ID, m.Tool
+		return s.verifyCall(d)
 	}
-	d.method, d.id, d.tool = call.Method, call.ID, call.Tool
-	return s.verifyCall(d)
 }
 
 func (s *Server) parse(h *authv3.AttributeContext_HttpRequest) (*mcpparse.Request, *deny.Error) {
@@ -195,29 +244,161 @@ func (s *Server) parse(h *authv3.AttributeContext_HttpRequest) (*mcpparse.Reques
 	return r, nil
 }
 
-// verifyCall holds one tools/call to the live catalog and the policy.
-func (s *Server) verifyCall(d *decision) *deny.Error {
-	list, _, err := s.catalog.Lookup(d.serverID)
+// live returns the server's catalog if it is fresh enough to verify
+// against: synced, its connection healthy (or it would miss list_changed)
+// and confirmed within the configured age.
+func (s *Server) live(serverID string) (*catalog.List, *deny.Error) {
+	list, st, err := s.catalog.Lookup(serverID)
 	if err != nil {
 		if de, ok := deny.As(err); ok {
-			return de
+			return nil, de
 		}
-		return deny.Errorf(deny.CatalogUnavailable, "server %q: %v", d.serverID, err)
+		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: %v", serverID, err)
 	}
-	tool, ok := list.Tools[d.tool]
+	if st.LastError != nil {
+		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: last refresh failed: %v", serverID, st.LastError)
+	}
+	if age := s.now().Sub(st.FetchedAt); age > s.freshness.MaxAge {
+		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: catalog is %s old, over the %s bound", serverID, age.Round(time.Millisecond), s.freshness.MaxAge)
+	}
+	return list, nil
+}
+
+// mint is the authorize boundary: a passing tools/list mints a snapshot of
+// the tools the policy lets this principal call, from capsnap's own live
+// view of the server, never from what the response will say.
+func (s *Server) mint(d *decision) *deny.Error {
+	list, fail := s.live(d.serverID)
+	if fail != nil {
+		return fail
+	}
+	now := s.now()
+	snap := &cache.Snapshot{
+		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
+		ObservedAt: now, ValidUntil: now.Add(s.ttl), CatalogGeneration: list.Generation,
+		Pins: map[string]cache.Pin{},
+	}
+	pol := s.policy.Load()
+	for name, t := range list.Tools {
+		rule, err := pol.Decide(d.principal, d.serverID, name)
+		if err != nil {
+			continue // not granted or unclassified: not in the snapshot
+		}
+		snap.Pins[name] = cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest}
+	}
+	if err := s.snapshots.Put(snap); err != nil {
+		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
+	}
+	d.snapshot = snap
+	return nil
+}
+
+// verifyCall holds one tools/call to its snapshot and to what is live now,
+// in this order: the catalog is live; the snapshot exists and is the
+// caller's; it has not expired; it pins the tool; the live definition is
+// the pinned one; the live effect class is not stronger; the live policy
+// rules are the pinned ones.
+func (s *Server) verifyCall(d *decision) *deny.Error {
+	list, catalogFail := s.live(d.serverID)
+
+	snap, fail := s.snapshotFor(d)
+	if fail != nil {
+		if catalogFail != nil {
+			return catalogFail
+		}
+		return fail
+	}
+	d.snapshot = snap
+	if snap.Principal != d.principal {
+		return deny.Errorf(deny.PrincipalMismatch, "snapshot %s was minted for another principal", snap.Epoch)
+	}
+	if snap.ServerID != d.serverID {
+		return deny.Errorf(deny.NoSnapshot, "snapshot %s is for server %q, not %q", snap.Epoch, snap.ServerID, d.serverID)
+	}
+	if now := s.now(); !now.Before(snap.ValidUntil) {
+		return deny.Errorf(deny.SnapshotExpired, "snapshot %s expired at %s", snap.Epoch, snap.ValidUntil.UTC().Format(time.RFC3339))
+	}
+	pin, pinned := snap.Pins[d.tool]
+	if !pinned {
+		return s.whyNotPinned(d, list, catalogFail)
+	}
+	d.digest, d.effect, d.policyDigest = pin.SchemaDigest, pin.Effect, pin.PolicyDigest
+	if d.clientDigest != "" && d.clientDigest != pin.SchemaDigest {
+		return deny.Errorf(deny.SchemaDrift, "the client planned against %s, the snapshot pins %s", d.clientDigest, pin.SchemaDigest)
+	}
+	if catalogFail != nil {
+		if s.freshness.AllowStaleReads && pin.Effect == policy.Read {
+			d.staleRead = true
+			return nil
+		}
+		return catalogFail
+	}
+
+	// The pin is found under the full (server, tool, live digest,
+	// principal, epoch) tuple or not at all.
+	live, ok := list.Tools[d.tool]
 	if !ok {
-		return deny.Errorf(deny.UnknownTool, "tool %q is not in server %q's live catalog", d.tool, d.serverID)
+		return deny.Errorf(deny.SchemaDrift, "tool %q is gone from server %q", d.tool, d.serverID)
 	}
-	d.digest = tool.Digest
+	d.liveDigest = live.Digest
+	if _, ok := s.snapshots.Pinned(cache.Key{ServerID: d.serverID, ToolID: d.tool, SchemaDigest: live.Digest, Principal: d.principal, Epoch: snap.Epoch}); !ok {
+		return deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.tool, live.Digest, pin.SchemaDigest)
+	}
+	// A definition that changed and changed back is still new evidence:
+	// list_changed invalidated the snapshot's view of it.
+	if s.snapshots.ChangedAt(d.serverID, d.tool) > snap.CatalogGeneration {
+		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
+	}
+
 	rule, err := s.policy.Load().Decide(d.principal, d.serverID, d.tool)
 	if err != nil {
+		return deny.Errorf(deny.PolicyDrift, "the policy no longer allows it: %v", err)
+	}
+	if rule.Effect > pin.Effect {
+		return deny.Errorf(deny.EffectEscalation, "tool %q is now %s, it was reviewed as %s", d.tool, rule.Effect, pin.Effect)
+	}
+	if rule.Digest != pin.PolicyDigest {
+		return deny.Errorf(deny.PolicyDrift, "the rules for %q are now %s, the snapshot pins %s", d.tool, rule.Digest, pin.PolicyDigest)
+	}
+	return nil
+}
+
+// snapshotFor finds the snapshot a call is verified against: the one the
+// client names with x-capsnap-epoch, or else the newest for its principal,
+// server and session.
+func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
+	if d.clientEpoch != "" {
+		snap, ok := s.snapshots.ByEpoch(d.clientEpoch)
+		if !ok {
+			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot has epoch %q (it may have expired long ago); list tools again", d.clientEpoch)
+		}
+		return snap, nil
+	}
+	snap, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	if !ok {
+		return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this principal on server %q; list tools first", d.serverID)
+	}
+	return snap, nil
+}
+
+// whyNotPinned explains a call to a tool its snapshot does not pin: the
+// policy does not allow it, the server does not serve it, or it appeared
+// (or was granted) after the snapshot; a snapshot never broadens.
+func (s *Server) whyNotPinned(d *decision, list *catalog.List, catalogFail *deny.Error) *deny.Error {
+	if catalogFail == nil {
+		if _, ok := list.Tools[d.tool]; !ok {
+			return deny.Errorf(deny.UnknownTool, "tool %q is not in server %q's live catalog", d.tool, d.serverID)
+		}
+	}
+	if _, err := s.policy.Load().Decide(d.principal, d.serverID, d.tool); err != nil {
 		if de, ok := deny.As(err); ok {
 			return de
 		}
-		return deny.Errorf(deny.ToolNotGranted, "%v", err)
 	}
-	d.effect, d.policyDigest = rule.Effect, rule.Digest
-	return nil
+	if catalogFail != nil {
+		return catalogFail
+	}
+	return deny.Errorf(deny.NoSnapshot, "snapshot %s does not pin tool %q; list tools again", d.snapshot.Epoch, d.tool)
 }
 
 // identify returns the acting principal from wherever the configuration

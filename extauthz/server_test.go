@@ -2,11 +2,15 @@ package extauthz
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
@@ -27,25 +32,32 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current responses")
 
-// staticCatalog is a Catalog that knows one server's tools, read from a
-// tools/list result, and nothing of any other server.
-type staticCatalog map[string]*catalog.List
-
-var _ Catalog = staticCatalog(nil)
-
-func (c staticCatalog) Lookup(id string) (*catalog.List, catalog.Status, error) {
-	l, ok := c[id]
-	if !ok {
-		return nil, catalog.Status{}, deny.Errorf(deny.CatalogUnavailable, "server %q has never been listed", id)
-	}
-	return l, catalog.Status{Synced: true, FetchedAt: l.FetchedAt}, nil
+// pushSource is a catalog.Source the test drives: each push publishes a
+// tools/list result to the real catalog, synchronously.
+type pushSource struct {
+	ready   chan struct{}
+	publish catalog.Publish
 }
 
-func loadCatalog(t testing.TB, path string) staticCatalog {
+var _ catalog.Source = (*pushSource)(nil)
+
+func (p *pushSource) Run(ctx context.Context, publish catalog.Publish) error {
+	p.publish = publish
+	close(p.ready)
+	<-ctx.Done()
+	return nil
+}
+
+// push publishes the tools of a tools/list result file, or an error.
+func (p *pushSource) push(t testing.TB, path string, err error) {
 	t.Helper()
-	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		p.publish(nil, err)
+		return
+	}
+	data, rerr := os.ReadFile(path)
+	if rerr != nil {
+		t.Fatal(rerr)
 	}
 	var result struct {
 		Tools []json.RawMessage `json:"tools"`
@@ -53,41 +65,88 @@ func loadCatalog(t testing.TB, path string) staticCatalog {
 	if err := json.Unmarshal(data, &result); err != nil {
 		t.Fatal(err)
 	}
-	l := &catalog.List{ServerID: "billing", Tools: map[string]catalog.Tool{}, FetchedAt: time.Unix(1_800_000_000, 0)}
-	for _, def := range result.Tools {
-		d, canon, err := mcpparse.ToolDigest(def)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var name struct{ Name string }
-		_ = json.Unmarshal(def, &name)
-		l.Tools[name.Name] = catalog.Tool{Name: name.Name, Digest: d, Definition: canon}
-	}
-	return staticCatalog{"billing": l}
+	p.publish(result.Tools, nil)
 }
 
-func newTestServer(t testing.TB, reg prometheus.Registerer, audit *bytes.Buffer) *Server {
+// clock is a test clock that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// fixture is a Server over a real catalog of two servers (billing and
+// payments, both serving refund) and a real snapshot store.
+type fixture struct {
+	*Server
+	clock    *clock
+	billing  *pushSource
+	payments *pushSource
+	audit    *bytes.Buffer
+	reg      *prometheus.Registry
+}
+
+func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	t.Helper()
+	f := &fixture{
+		clock:    &clock{t: time.Unix(1_800_000_000, 0)},
+		billing:  &pushSource{ready: make(chan struct{})},
+		payments: &pushSource{ready: make(chan struct{})},
+		audit:    new(bytes.Buffer),
+		reg:      prometheus.NewRegistry(),
+	}
+	cat := catalog.New(map[string]catalog.Source{"billing": f.billing, "payments": f.payments}, catalog.Options{
+		Clock: f.clock.now,
+		OnChange: func(id string, prev, next *catalog.List, changed []string) {
+			f.CatalogChanged(id, prev, next, changed)
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = cat.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-f.billing.ready
+	<-f.payments.ready
+
 	pol, err := policy.Load("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	principal := config.Default().Principal
-	principal.Source = config.SourceMTLS
-	s, err := New(Options{
-		Catalog:   loadCatalog(t, "testdata/catalog.json"),
-		Servers:   []string{"billing", "files"},
-		Policy:    pol,
-		Principal: principal,
-		Limits:    mcpparse.DefaultLimits,
-		Audit:     zerolog.New(audit),
-		Metrics:   NewMetrics(reg),
-		Now:       func() time.Time { return time.Unix(1_800_000_100, 0) },
-	})
+	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000, Retain: time.Hour, Now: f.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	t.Cleanup(store.Close)
+	principal := config.Default().Principal
+	principal.Source = config.SourceMTLS
+	var n int
+	o := Options{
+		Catalog:     cat,
+		Servers:     []string{"billing", "payments", "files"},
+		Policy:      pol,
+		Snapshots:   store,
+		SnapshotTTL: 5 * time.Minute,
+		Freshness:   config.Catalog{MaxAge: 2 * time.Minute},
+		Principal:   principal,
+		Limits:      mcpparse.DefaultLimits,
+		Audit:       zerolog.New(f.audit),
+		Metrics:     NewMetrics(f.reg),
+		Now:         f.clock.now,
+		NewEpoch:    func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	f.Server, err = New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.billing.push(t, "testdata/catalog.json", nil)
+	f.payments.push(t, "testdata/payments.json", nil)
+	return f
 }
 
 type checkCase struct {
@@ -98,6 +157,9 @@ type checkCase struct {
 	Headers   map[string]string `json:"headers"`
 	Body      string            `json:"body"`
 	AsString  bool              `json:"as_string"`
+	// ListFirst runs a tools/list as the same principal first, minting
+	// the snapshot the case is verified against.
+	ListFirst bool `json:"list_first"`
 }
 
 // request builds the CheckRequest Envoy would send for c, with the
@@ -136,6 +198,76 @@ func (c checkCase) request() *authv3.CheckRequest {
 	}}
 }
 
+const listBody = `{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`
+
+func callBody(tool string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, tool)
+}
+
+// list runs a tools/list as principal on server and returns the epoch the
+// client is given.
+func (f *fixture) list(t testing.TB, principal, server string, headers map[string]string) string {
+	t.Helper()
+	resp, err := f.Check(context.Background(), checkCase{Principal: principal, ServerID: server, Headers: headers, Body: listBody}.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := resp.GetOkResponse()
+	if ok == nil {
+		t.Fatalf("tools/list denied: %s", resp.GetDeniedResponse().GetBody())
+	}
+	for _, h := range ok.ResponseHeadersToAdd {
+		if h.GetHeader().GetKey() == HeaderEpoch {
+			return h.GetHeader().GetValue()
+		}
+	}
+	t.Fatal("tools/list response carries no epoch")
+	return ""
+}
+
+// outcome is what a Check decided, as the caller and the upstream see it.
+type outcome struct {
+	reason   deny.Reason       // "" when allowed
+	drift    string            // x-capability-drift
+	data     errorData         // the JSON-RPC error's data, when denied
+	upstream map[string]string // headers set for the upstream, when allowed
+}
+
+func (f *fixture) call(t testing.TB, c checkCase) outcome {
+	t.Helper()
+	resp, err := f.Check(context.Background(), c.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	if ok := resp.GetOkResponse(); ok != nil {
+		o.upstream = map[string]string{}
+		for _, h := range ok.Headers {
+			o.upstream[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+		}
+		return o
+	}
+	d := resp.GetDeniedResponse()
+	for _, h := range d.Headers {
+		switch h.GetHeader().GetKey() {
+		case HeaderReason:
+			o.reason = deny.Reason(h.GetHeader().GetValue())
+		case HeaderDrift:
+			o.drift = h.GetHeader().GetValue()
+		}
+	}
+	var body struct {
+		Error struct {
+			Data errorData `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(d.Body), &body); err != nil {
+		t.Fatalf("denial body %q: %v", d.Body, err)
+	}
+	o.data = body.Error.Data
+	return o
+}
+
 // TestCheckGolden runs every request in testdata/checks.json and compares
 // Envoy's view of the answer with testdata/golden/<name>.json.
 func TestCheckGolden(t *testing.T) {
@@ -147,11 +279,13 @@ func TestCheckGolden(t *testing.T) {
 	if err := json.Unmarshal(data, &cases); err != nil {
 		t.Fatal(err)
 	}
-	var audit bytes.Buffer
-	s := newTestServer(t, prometheus.NewRegistry(), &audit)
+	f := newFixture(t)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			resp, err := s.Check(t.Context(), c.request())
+			if c.ListFirst {
+				f.list(t, c.Principal, "billing", nil)
+			}
+			resp, err := f.Check(t.Context(), c.request())
 			if err != nil {
 				t.Fatalf("Check returned a gRPC error: %v", err)
 			}
@@ -196,20 +330,210 @@ func stableJSON(t *testing.T, resp *authv3.CheckResponse) []byte {
 	return append(out, '\n')
 }
 
+const (
+	support = "spiffe://acme/agent/support-refund"
+	auditor = "spiffe://acme/agent/auditor"
+)
+
+// TestDrift is the seed's negative tests at capsnap's gRPC interface: each
+// row mints a snapshot, changes one thing, and calls.
+func TestDrift(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, f *fixture)
+		call   checkCase
+		want   deny.Reason
+		drift  bool
+	}{
+		{"unchanged", nil, checkCase{Principal: support, Body: callBody("refund")}, "", false},
+		{"description-only edit", func(t *testing.T, f *fixture) { f.billing.push(t, "testdata/catalog-description.json", nil) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.SchemaDrift, true},
+		{"optional consequential field", func(t *testing.T, f *fixture) { f.billing.push(t, "testdata/catalog-skip-fraud.json", nil) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.SchemaDrift, true},
+		{"tool removed", func(t *testing.T, f *fixture) { f.billing.push(t, "testdata/catalog-no-refund.json", nil) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.SchemaDrift, true},
+		{"changed and changed back", func(t *testing.T, f *fixture) {
+			f.billing.push(t, "testdata/catalog-description.json", nil)
+			f.billing.push(t, "testdata/catalog.json", nil)
+		}, checkCase{Principal: support, Body: callBody("refund")}, deny.SchemaDrift, true},
+		{"other tool changed", func(t *testing.T, f *fixture) { f.billing.push(t, "testdata/catalog-lookup-edit.json", nil) },
+			checkCase{Principal: support, Body: callBody("refund")}, "", false},
+		{"new tool never joins a snapshot", func(t *testing.T, f *fixture) {
+			f.billing.push(t, "testdata/catalog-new-tool.json", nil)
+			f.SetPolicy(mustPolicy(t, "testdata/policy-new-tool.yaml"))
+		}, checkCase{Principal: support, Body: callBody("issue_credit")}, deny.NoSnapshot, false},
+		{"replayed by another principal", nil,
+			checkCase{Principal: auditor, Headers: map[string]string{HeaderEpoch: "ep_test_1"}, Body: callBody("refund")}, deny.PrincipalMismatch, true},
+		{"effect class raised", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-refund-admin.yaml")) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.EffectEscalation, true},
+		{"rules for the tool changed", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-refund-wildcard.yaml")) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.PolicyDrift, true},
+		{"grant withdrawn", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-no-refund.yaml")) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.PolicyDrift, true},
+		{"rules for another tool changed", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-lookup-write.yaml")) },
+			checkCase{Principal: support, Body: callBody("refund")}, "", false},
+		{"expired", func(t *testing.T, f *fixture) { f.clock.advance(5*time.Minute + time.Second) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.SnapshotExpired, true},
+		{"client planned against another digest", nil,
+			checkCase{Principal: support, Headers: map[string]string{HeaderSchemaDigest: "sha256:0000"}, Body: callBody("refund")}, deny.SchemaDrift, true},
+		{"client names an unknown epoch", nil,
+			checkCase{Principal: support, Headers: map[string]string{HeaderEpoch: "ep_forged"}, Body: callBody("refund")}, deny.NoSnapshot, false},
+		{"client names its own epoch", nil,
+			checkCase{Principal: support, Headers: map[string]string{HeaderEpoch: "ep_test_1"}, Body: callBody("refund")}, "", false},
+		{"same tool name on another server", nil,
+			checkCase{Principal: support, ServerID: "payments", Body: callBody("refund")}, deny.NoSnapshot, false},
+		{"billing's epoch on the payments route", nil,
+			checkCase{Principal: support, ServerID: "payments", Headers: map[string]string{HeaderEpoch: "ep_test_1"}, Body: callBody("refund")}, deny.NoSnapshot, false},
+		{"another session", nil,
+			checkCase{Principal: support, Headers: map[string]string{"mcp-session-id": "other", "mcp-protocol-version": "2025-11-25"}, Body: callBody("refund")}, deny.NoSnapshot, false},
+		{"catalog refresh failing", func(t *testing.T, f *fixture) { f.billing.push(t, "", errors.New("connection refused")) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.CatalogUnavailable, false},
+		{"catalog too old", func(t *testing.T, f *fixture) { f.clock.advance(2*time.Minute + time.Second) },
+			checkCase{Principal: support, Body: callBody("refund")}, deny.CatalogUnavailable, false},
+		{"tool not granted is not drift", nil,
+			checkCase{Principal: support, Body: callBody("export_ledger")}, deny.UnclassifiedTool, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			epoch := f.list(t, support, "billing", nil)
+			if epoch != "ep_test_1" {
+				t.Fatalf("first epoch %q", epoch)
+			}
+			if tt.change != nil {
+				tt.change(t, f)
+			}
+			got := f.call(t, tt.call)
+			if got.reason != tt.want {
+				t.Fatalf("reason %q (%s), want %q", got.reason, got.data.Detail, tt.want)
+			}
+			if tt.want == "" {
+				if got.upstream[HeaderEpoch] != epoch || got.upstream[HeaderSchemaDigest] == "" {
+					t.Fatalf("allowed without pinning the epoch and digest upstream: %v", got.upstream)
+				}
+				return
+			}
+			if (got.drift != "") != tt.drift || (tt.drift && got.drift != string(tt.want)) || got.data.Drift != tt.drift {
+				t.Errorf("x-capability-drift %q, data.capability_drift %v; want drift=%v", got.drift, got.data.Drift, tt.drift)
+			}
+			if got.data.ReturnTo != tt.want.ReturnTo() {
+				t.Errorf("return_to %q, want %q", got.data.ReturnTo, tt.want.ReturnTo())
+			}
+		})
+	}
+}
+
+// A schema drift denial names both digests and the epoch, so the caller and
+// the audit can see exactly what moved.
+func TestSchemaDriftData(t *testing.T) {
+	f := newFixture(t)
+	epoch := f.list(t, support, "billing", nil)
+	before := f.call(t, checkCase{Principal: support, Body: callBody("refund")}).upstream[HeaderSchemaDigest]
+	f.billing.push(t, "testdata/catalog-skip-fraud.json", nil)
+	got := f.call(t, checkCase{Principal: support, Body: callBody("refund")})
+	if got.data.Epoch != epoch || got.data.SnapshotDigest != before || got.data.LiveDigest == "" || got.data.LiveDigest == before {
+		t.Fatalf("data %+v: want epoch %s, snapshot digest %s and a different live digest", got.data, epoch, before)
+	}
+	if got.data.ReturnTo != deny.ReturnToPlanning {
+		t.Fatalf("return_to %q", got.data.ReturnTo)
+	}
+	// Listing again mints a new epoch over the new contract, and the same
+	// call passes under it.
+	next := f.list(t, support, "billing", nil)
+	if next == epoch {
+		t.Fatal("relisting reused the stale epoch")
+	}
+	again := f.call(t, checkCase{Principal: support, Body: callBody("refund")})
+	if again.reason != "" || again.upstream[HeaderSchemaDigest] != got.data.LiveDigest {
+		t.Fatalf("after relisting: %+v", again)
+	}
+}
+
+// Two servers serve "refund" with different contracts; each call is held
+// to its own server's digest.
+func TestSameNameOnTwoServers(t *testing.T) {
+	f := newFixture(t)
+	f.list(t, support, "billing", nil)
+	f.list(t, support, "payments", nil)
+	b := f.call(t, checkCase{Principal: support, Body: callBody("refund")})
+	p := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: callBody("refund")})
+	if b.reason != "" || p.reason != "" {
+		t.Fatalf("denied: billing %q, payments %q", b.reason, p.reason)
+	}
+	if b.upstream[HeaderSchemaDigest] == p.upstream[HeaderSchemaDigest] || b.upstream[HeaderServerID] != "billing" || p.upstream[HeaderServerID] != "payments" {
+		t.Fatalf("billing pinned %v, payments pinned %v", b.upstream, p.upstream)
+	}
+	// payments redeploys; billing's refund is unaffected.
+	f.payments.push(t, "testdata/catalog-skip-fraud.json", nil)
+	if got := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: callBody("refund")}); got.reason != deny.SchemaDrift {
+		t.Fatalf("payments after redeploy: %q", got.reason)
+	}
+	if got := f.call(t, checkCase{Principal: support, Body: callBody("refund")}); got.reason != "" {
+		t.Fatalf("billing after payments redeployed: %q", got.reason)
+	}
+}
+
+// Stale reads are off by default; when on, only a pinned read passes on the
+// snapshot alone, and the audit says so.
+func TestStaleReads(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprint("allow=", allow), func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.Freshness.AllowStaleReads = allow })
+			f.list(t, support, "billing", nil)
+			f.billing.push(t, "", errors.New("connection refused"))
+			read := f.call(t, checkCase{Principal: support, Body: callBody("lookup_order")})
+			money := f.call(t, checkCase{Principal: support, Body: callBody("refund")})
+			if money.reason != deny.CatalogUnavailable {
+				t.Errorf("refund with the catalog down: %q, want catalog_unavailable", money.reason)
+			}
+			want := deny.CatalogUnavailable
+			if allow {
+				want = ""
+			}
+			if read.reason != want {
+				t.Errorf("lookup_order with the catalog down: %q, want %q", read.reason, want)
+			}
+			if allow != bytes.Contains(f.audit.Bytes(), []byte(`"stale_catalog_read":true`)) {
+				t.Errorf("audit marks a stale read: %v, want %v", !allow, allow)
+			}
+		})
+	}
+}
+
+// Discovery with the catalog unavailable mints nothing: a snapshot is never
+// taken from a view capsnap cannot vouch for.
+func TestNoMintWithoutCatalog(t *testing.T) {
+	f := newFixture(t)
+	f.billing.push(t, "", errors.New("connection refused"))
+	got := f.call(t, checkCase{Principal: support, Body: listBody})
+	if got.reason != deny.CatalogUnavailable {
+		t.Fatalf("tools/list with the catalog down: %q", got.reason)
+	}
+}
+
+func mustPolicy(t testing.TB, path string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // A denial's body must be a JSON-RPC error for the request's own id, with
 // capsnap's code and the reason in data, or an MCP client cannot act on it.
 func TestDeniedBodyIsJSONRPCError(t *testing.T) {
-	s := newTestServer(t, prometheus.NewRegistry(), new(bytes.Buffer))
+	f := newFixture(t)
 	for _, tc := range []struct {
 		body   string
 		id     string
 		reason deny.Reason
 	}{
-		{`{"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"name":"nope","arguments":{}}}`, `"abc"`, deny.UnknownTool},
-		{`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"export_ledger"}}`, `42`, deny.UnclassifiedTool},
+		{`{"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"name":"nope","arguments":{}}}`, `"abc"`, deny.NoSnapshot},
+		{`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"export_ledger"}}`, `42`, deny.NoSnapshot},
 		{`not json`, `null`, deny.MalformedRequest},
 	} {
-		resp, _ := s.Check(t.Context(), checkCase{Principal: "spiffe://acme/agent/support-refund", Body: tc.body}.request())
+		resp, _ := f.Check(t.Context(), checkCase{Principal: support, Body: tc.body}.request())
 		denied := resp.GetDeniedResponse()
 		if denied == nil {
 			t.Fatalf("%s: allowed", tc.body)
@@ -218,10 +542,8 @@ func TestDeniedBodyIsJSONRPCError(t *testing.T) {
 			JSONRPC string          `json:"jsonrpc"`
 			ID      json.RawMessage `json:"id"`
 			Error   struct {
-				Code int `json:"code"`
-				Data struct {
-					Reason deny.Reason `json:"reason"`
-				} `json:"data"`
+				Code int       `json:"code"`
+				Data errorData `json:"data"`
 			} `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(denied.Body), &msg); err != nil {
@@ -230,20 +552,11 @@ func TestDeniedBodyIsJSONRPCError(t *testing.T) {
 		if msg.JSONRPC != "2.0" || string(msg.ID) != tc.id || msg.Error.Code != CodeDenied || msg.Error.Data.Reason != tc.reason {
 			t.Errorf("%s: got %s", tc.body, denied.Body)
 		}
-		var reasonHeader string
-		for _, h := range denied.Headers {
-			if h.GetHeader().GetKey() == HeaderReason {
-				reasonHeader = h.GetHeader().GetValue()
-			}
-		}
-		if reasonHeader != string(tc.reason) {
-			t.Errorf("%s: %s = %q, want %q", tc.body, HeaderReason, reasonHeader, tc.reason)
-		}
 	}
 }
 
 func TestPrincipalSources(t *testing.T) {
-	const who = "spiffe://acme/agent/support-refund"
+	const who = support
 	jwt := func(claims map[string]any) *corev3.Metadata {
 		payload, err := structpb.NewStruct(map[string]any{"jwt_payload": claims})
 		if err != nil {
@@ -271,15 +584,14 @@ func TestPrincipalSources(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newTestServer(t, prometheus.NewRegistry(), new(bytes.Buffer))
-			s.principal.Source = tt.source
-			c := checkCase{Principal: tt.peer, Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_order","arguments":{}}}`}
+			f := newFixture(t, func(o *Options) { o.Principal.Source = tt.source })
+			c := checkCase{Principal: tt.peer, Body: listBody}
 			if tt.header != "" {
-				c.Headers = map[string]string{s.principal.Header: tt.header}
+				c.Headers = map[string]string{f.principal.Header: tt.header}
 			}
 			req := c.request()
 			req.Attributes.MetadataContext = tt.meta
-			resp, err := s.Check(t.Context(), req)
+			resp, err := f.Check(t.Context(), req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,34 +612,35 @@ func TestPrincipalSources(t *testing.T) {
 
 // Every decision is counted under a bounded label set and audited once.
 func TestMetricsAndAudit(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	var audit bytes.Buffer
-	s := newTestServer(t, reg, &audit)
-	allow := checkCase{Principal: "spiffe://acme/agent/support-refund", Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund","arguments":{}}}`}
-	deny1 := checkCase{Principal: "spiffe://acme/agent/support-refund", ServerID: "not-configured", Body: `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`}
+	f := newFixture(t)
+	f.list(t, support, "billing", nil)
+	allow := checkCase{Principal: support, Body: callBody("refund")}
+	deny1 := checkCase{Principal: support, ServerID: "not-configured", Body: listBody}
 	for _, c := range []checkCase{allow, allow, deny1} {
-		if _, err := s.Check(t.Context(), c.request()); err != nil {
-			t.Fatal(err)
-		}
+		f.call(t, c)
 	}
-	if got := testutil.ToFloat64(s.metrics.decisions.WithLabelValues("allow", "ok", "billing", "money_move")); got != 2 {
+	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("allow", "ok", "billing", "money_move")); got != 2 {
 		t.Errorf("allow count = %v, want 2", got)
 	}
 	// An unconfigured server_id from a route must not mint a new label value.
-	if got := testutil.ToFloat64(s.metrics.decisions.WithLabelValues("deny", "unknown_server", "unknown", "none")); got != 1 {
+	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("deny", "unknown_server", "unknown", "none")); got != 1 {
 		t.Errorf("deny count = %v, want 1", got)
 	}
-	lines := bytes.Split(bytes.TrimSpace(audit.Bytes()), []byte("\n"))
-	if len(lines) != 3 {
-		t.Fatalf("%d audit lines, want 3", len(lines))
+	lines := bytes.Split(bytes.TrimSpace(f.audit.Bytes()), []byte("\n"))
+	if len(lines) != 4 {
+		t.Fatalf("%d audit lines, want 4 (list, two calls, one denial)", len(lines))
 	}
-	var first map[string]any
-	if err := json.Unmarshal(lines[0], &first); err != nil {
+	var call map[string]any
+	if err := json.Unmarshal(lines[1], &call); err != nil {
 		t.Fatal(err)
 	}
-	for k, want := range map[string]any{"decision": "allow", "reason": "ok", "tool": "refund", "server_id": "billing", "effect_class": "money_move", "request_id": "rid-", "jsonrpc_id": 1.0} {
-		if first[k] != want {
-			t.Errorf("audit %s = %v, want %v", k, first[k], want)
+	for k, want := range map[string]any{"decision": "allow", "reason": "ok", "tool": "refund", "server_id": "billing",
+		"effect_class": "money_move", "request_id": "rid-", "jsonrpc_id": 1.0, "epoch": "ep_test_1"} {
+		if call[k] != want {
+			t.Errorf("audit %s = %v, want %v", k, call[k], want)
 		}
+	}
+	if d, _ := call["snapshot_digest"].(string); len(d) != len("sha256:")+64 {
+		t.Errorf("audit snapshot_digest = %v", call["snapshot_digest"])
 	}
 }

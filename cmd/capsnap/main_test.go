@@ -26,7 +26,7 @@ func TestCommands(t *testing.T) {
 		{"check without config", []string{"check"}, exitUsage, "", "exactly --config FILE is required"},
 		{"check missing file", []string{"check", "--config", "testdata/nope.yaml"}, exitFailure, "", "no such file"},
 		{"check invalid policy", []string{"check", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", `tools[0].effect: unknown effect class "superuser"`},
-		{"check invalid catalog", []string{"check", "--config", "testdata/bad-catalog.yaml"}, exitFailure, "", "both named"},
+		{"check invalid catalog", []string{"check", "--config", "testdata/bad-catalog.yaml"}, exitFailure, "", `tool "a" is listed twice`},
 		{"serve invalid policy", []string{"serve", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", "unknown effect class"},
 		{"digest", []string{"digest", "testdata/tools.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\nlookup_order sha256:[0-9a-f]{64}\nexport_ledger sha256:[0-9a-f]{64}\n$`, ""},
 		{"digest response", []string{"digest", "testdata/response.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\n$`, ""},

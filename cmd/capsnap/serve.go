@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
@@ -79,15 +83,27 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cat := catalog.New(srcs, catalog.Options{Logger: log})
-	srv, err := extauthz.New(extauthz.Options{
-		Catalog:   cat,
-		Servers:   cat.Servers(),
-		Policy:    pol,
-		Principal: cfg.Principal,
-		Limits:    mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
-		Audit:     audit,
-		Metrics:   extauthz.NewMetrics(reg),
+	// The catalog reports changes to the server built on it below.
+	var srv *extauthz.Server
+	cat := catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
+		srv.CatalogChanged(id, prev, next, changed)
+	}})
+	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	srv, err = extauthz.New(extauthz.Options{
+		Catalog:     cat,
+		Servers:     cat.Servers(),
+		Policy:      pol,
+		Snapshots:   store,
+		SnapshotTTL: cfg.Snapshots.TTL,
+		Freshness:   cfg.Catalog,
+		Principal:   cfg.Principal,
+		Limits:      mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
+		Audit:       audit,
+		Metrics:     extauthz.NewMetrics(reg),
 	})
 	if err != nil {
 		return err
@@ -182,7 +198,46 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry) *http.ServeMux {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /catalog", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(catalogView(cat))
+	})
 	return mux
+}
+
+// serverView is one server in GET /catalog: what capsnap itself sees, for
+// an operator asking "which contract is capsnap holding calls to?".
+type serverView struct {
+	Synced     bool       `json:"synced"`
+	FetchedAt  time.Time  `json:"fetched_at,omitzero"`
+	LastError  string     `json:"last_error,omitempty"`
+	Generation uint64     `json:"generation"`
+	Tools      []toolView `json:"tools"`
+}
+
+type toolView struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+func catalogView(cat *catalog.Catalog) map[string]serverView {
+	out := map[string]serverView{}
+	for _, id := range cat.Servers() {
+		list, st, _ := cat.Lookup(id)
+		v := serverView{Synced: st.Synced, FetchedAt: st.FetchedAt, Tools: []toolView{}}
+		if st.LastError != nil {
+			v.LastError = st.LastError.Error()
+		}
+		if list != nil {
+			v.Generation = list.Generation
+			for _, t := range list.Tools {
+				v.Tools = append(v.Tools, toolView{Name: t.Name, Digest: t.Digest})
+			}
+			slices.SortFunc(v.Tools, func(a, b toolView) int { return strings.Compare(a.Name, b.Name) })
+		}
+		out[id] = v
+	}
+	return out
 }
 
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
