@@ -55,6 +55,11 @@ func TestMain(m *testing.M) {
 // Envoy is a failure, never a skip.
 func startStack(t *testing.T) *testbed.Stack {
 	t.Helper()
+	return startStackWith(t, nil)
+}
+
+func startStackWith(t *testing.T, opt func(*testbed.StackOptions)) *testbed.Stack {
+	t.Helper()
 	envoyBin, err := testbed.FindEnvoy()
 	if err != nil {
 		t.Fatal(err)
@@ -69,16 +74,20 @@ func startStack(t *testing.T) *testbed.Stack {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := testbed.StartStack(ctx, testbed.StackOptions{
+	o := testbed.StackOptions{
 		Capsnap: bins["capsnap"], Billing: bins["billing"], Envoy: envoyBin,
 		Ports: ports, Dir: t.TempDir(), Policy: policy,
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	s, err := testbed.StartStack(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range []*testbed.Process{s.Envoy, s.Capsnap, s.Billing} {
+			for _, p := range []*testbed.Process{s.Envoy, s.Capsnap, s.Billing, s.Payments} {
 				t.Logf("--- %s output ---\n%s", p.Name, p.Output())
 			}
 		}
@@ -131,6 +140,9 @@ func TestWalkingSkeleton(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != version {
+				t.Fatalf("negotiated protocol version %s, want %s", got, version)
+			}
 
 			// Discovery passes.
 			list, err := cs.ListTools(ctx, nil)
@@ -165,6 +177,9 @@ func TestWalkingSkeleton(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cs.Close()
+		if _, err := cs.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 		before := handlerStarts(t, s, "refund")
 		_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "refund", Arguments: map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}})
 		if got := denialReason(t, err); got != "tool_not_granted" {
@@ -206,6 +221,9 @@ func TestWalkingSkeleton(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cs.Close()
+		if _, err := cs.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Capsnap.Stop(); err != nil {
 			t.Fatalf("stop capsnap: %v", err)
 		}

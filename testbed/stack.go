@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/capsnap/capsnap/envoy"
@@ -18,16 +19,16 @@ import (
 
 // Ports are the loopback ports of one stack.
 type Ports struct {
-	Envoy, EnvoyAdmin, GRPC, Admin, Billing int
+	Envoy, EnvoyAdmin, GRPC, Admin, Billing, Payments int
 }
 
 // DemoPorts are the ports envoy/demo.yaml and capsnap's defaults use.
-var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081}
+var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081, Payments: 8082}
 
 // RandomPorts picks free ports, so that tests can run side by side.
 func RandomPorts() (Ports, error) {
 	var p Ports
-	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing} {
+	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing, &p.Payments} {
 		n, err := FreePort()
 		if err != nil {
 			return Ports{}, err
@@ -42,7 +43,7 @@ func EnvoyConfig(p Ports) []byte {
 	cfg := envoy.Demo
 	for from, to := range map[int]int{
 		DemoPorts.Envoy: p.Envoy, DemoPorts.EnvoyAdmin: p.EnvoyAdmin,
-		DemoPorts.GRPC: p.GRPC, DemoPorts.Billing: p.Billing,
+		DemoPorts.GRPC: p.GRPC, DemoPorts.Billing: p.Billing, DemoPorts.Payments: p.Payments,
 	} {
 		cfg = bytes.ReplaceAll(cfg, []byte("port_value: "+strconv.Itoa(from)+"}"), []byte("port_value: "+strconv.Itoa(to)+"}"))
 	}
@@ -62,15 +63,24 @@ type StackOptions struct {
 	Policy []byte
 	// Tee, if set, also receives every process's output.
 	Tee io.Writer
+	// SnapshotTTL is capsnap's snapshots.ttl; zero means 5m.
+	SnapshotTTL time.Duration
+	// AllowStaleReads is capsnap's catalog.allow_stale_reads.
+	AllowStaleReads bool
 }
 
-// Stack is Envoy in front of the billing server, with capsnap deciding.
+// Stack is Envoy in front of two billing servers, "billing" and
+// "payments" (the second serves another contract under the same tool
+// names), with capsnap deciding.
 type Stack struct {
-	opts                    StackOptions
-	Envoy, Capsnap, Billing *Process
+	opts                              StackOptions
+	Envoy, Capsnap, Billing, Payments *Process
 	// EnvoyVersion is what the running Envoy says it is.
 	EnvoyVersion string
 }
+
+// Servers are the stack's MCP servers, by server_id.
+var Servers = []string{"billing", "payments"}
 
 // StartStack starts billing, capsnap and Envoy, and waits until each is ready.
 func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
@@ -95,10 +105,10 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
 
-	if s.Billing, err = Start("billing", o.Billing, []string{"-addr", addr(o.Ports.Billing)}, o.Tee); err != nil {
+	if s.Billing, err = s.startServer(ctx, "billing", "baseline"); err != nil {
 		return nil, err
 	}
-	if err := WaitHTTP(ctx, s.BillingURL()+"/admin/stats", s.Billing); err != nil {
+	if s.Payments, err = s.startServer(ctx, "payments", "schema_swap"); err != nil {
 		return nil, err
 	}
 	if err := s.StartCapsnap(ctx); err != nil {
@@ -117,7 +127,44 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	return s, nil
 }
 
+// startServer starts one billing process as server id, serving variant.
+func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, error) {
+	p, err := Start(id, s.opts.Billing, []string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.Tee)
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitHTTP(ctx, s.ServerURL(id)+"/admin/stats", p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// RestartServer starts server id again after it was stopped, serving variant.
+func (s *Stack) RestartServer(ctx context.Context, id, variant string) error {
+	p, err := s.startServer(ctx, id, variant)
+	if err != nil {
+		return err
+	}
+	if id == "billing" {
+		s.Billing = p
+	} else {
+		s.Payments = p
+	}
+	return nil
+}
+
+func (s *Stack) serverAddr(id string) string {
+	if id == "payments" {
+		return addr(s.opts.Ports.Payments)
+	}
+	return addr(s.opts.Ports.Billing)
+}
+
 func (s *Stack) capsnapConfig() string {
+	ttl := s.opts.SnapshotTTL
+	if ttl == 0 {
+		ttl = 5 * time.Minute
+	}
 	return fmt.Sprintf(`grpc_addr: %s
 admin_addr: %s
 policy_file: policy.yaml
@@ -126,8 +173,14 @@ principal: {source: header, insecure_header: true}
 servers:
   - id: billing
     url: %s/mcp
+    resync_interval: 2s
+  - id: payments
+    url: %s/mcp
+    resync_interval: 2s
+snapshots: {ttl: %s}
+catalog: {max_age: 10s, allow_stale_reads: %t}
 log: {level: info, format: json}
-`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), s.BillingURL())
+`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
 }
 
 // StartCapsnap (re)starts capsnap and waits until its catalog is ready.
@@ -140,12 +193,15 @@ func (s *Stack) StartCapsnap(ctx context.Context) (err error) {
 }
 
 // MCPURL is the billing server's MCP endpoint behind Envoy.
-func (s *Stack) MCPURL() string {
-	return fmt.Sprintf("http://%s/billing/mcp", addr(s.opts.Ports.Envoy))
+func (s *Stack) MCPURL() string { return s.RouteURL("billing") }
+
+// RouteURL is server id's MCP endpoint behind Envoy.
+func (s *Stack) RouteURL(id string) string {
+	return fmt.Sprintf("http://%s/%s/mcp", addr(s.opts.Ports.Envoy), id)
 }
 
-// BillingURL is the billing server itself, bypassing Envoy.
-func (s *Stack) BillingURL() string { return "http://" + addr(s.opts.Ports.Billing) }
+// ServerURL is server id itself, bypassing Envoy.
+func (s *Stack) ServerURL(id string) string { return "http://" + s.serverAddr(id) }
 
 // AdminURL is capsnap's admin listener.
 func (s *Stack) AdminURL() string { return "http://" + addr(s.opts.Ports.Admin) }
@@ -158,8 +214,13 @@ type BillingStats struct {
 
 // Stats asks the billing server how often each handler started.
 func (s *Stack) Stats(ctx context.Context) (BillingStats, error) {
+	return s.ServerStats(ctx, "billing")
+}
+
+// ServerStats asks server id how often each handler started.
+func (s *Stack) ServerStats(ctx context.Context, id string) (BillingStats, error) {
 	var st BillingStats
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.BillingURL()+"/admin/stats", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ServerURL(id)+"/admin/stats", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return st, fmt.Errorf("billing stats: %w", err)
@@ -171,24 +232,25 @@ func (s *Stack) Stats(ctx context.Context) (BillingStats, error) {
 	return st, nil
 }
 
-// Redeploy switches the billing server to another variant of its tools.
-func (s *Stack) Redeploy(ctx context.Context, variant string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.BillingURL()+"/admin/variant", strings.NewReader(variant))
+// Redeploy switches server id to another variant of its tools, which
+// makes it send notifications/tools/list_changed.
+func (s *Stack) Redeploy(ctx context.Context, id, variant string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.ServerURL(id)+"/admin/variant", strings.NewReader(variant))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("redeploy billing: %w", err)
+		return fmt.Errorf("redeploy %s: %w", id, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("redeploy billing to %q: %s: %s", variant, resp.Status, b)
+		return fmt.Errorf("redeploy %s to %q: %s: %s", id, variant, resp.Status, b)
 	}
 	return nil
 }
 
 // Close stops every process, Envoy first.
 func (s *Stack) Close() {
-	for _, p := range []*Process{s.Envoy, s.Capsnap, s.Billing} {
+	for _, p := range []*Process{s.Envoy, s.Capsnap, s.Billing, s.Payments} {
 		if p != nil {
 			_ = p.Stop()
 		}
@@ -199,3 +261,85 @@ func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // readyTimeout bounds how long a whole stack may take to come up.
 const readyTimeout = 30 * time.Second
+
+// ReloadPolicy replaces capsnap's policy file and sends it SIGHUP, then
+// waits until capsnap reports the reload (or its refusal).
+func (s *Stack) ReloadPolicy(ctx context.Context, policy []byte) error {
+	if err := os.WriteFile(filepath.Join(s.opts.Dir, "policy.yaml"), policy, 0o600); err != nil {
+		return fmt.Errorf("reload policy: %w", err)
+	}
+	count := func() int {
+		out := s.Capsnap.Output()
+		return strings.Count(out, `"message":"policy reloaded"`) + strings.Count(out, "policy reload refused")
+	}
+	before := count()
+	if err := s.Capsnap.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reload policy: %w", err)
+	}
+	for count() == before {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reload policy: capsnap did not report the reload: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// WaitCatalogError waits until capsnap reports that its view of server id
+// is failing to refresh.
+func (s *Stack) WaitCatalogError(ctx context.Context, id string) error {
+	for {
+		var view map[string]struct {
+			LastError string `json:"last_error"`
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.AdminURL()+"/catalog", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&view)
+			resp.Body.Close()
+		}
+		if view[id].LastError != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for capsnap to see %s failing: %w", id, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// CatalogTool is one tool of capsnap's view of a server, from GET /catalog.
+type CatalogTool struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+// WaitCatalog waits until capsnap's own view of server id shows tool with
+// digest ("" waits for the tool to be gone).
+func (s *Stack) WaitCatalog(ctx context.Context, id, tool, digest string) error {
+	for {
+		var view map[string]struct {
+			Tools []CatalogTool `json:"tools"`
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.AdminURL()+"/catalog", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&view)
+			resp.Body.Close()
+		}
+		found := ""
+		for _, t := range view[id].Tools {
+			if t.Name == tool {
+				found = t.Digest
+			}
+		}
+		if found == digest {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for capsnap to see %s/%s at %q (it sees %q): %w", id, tool, digest, found, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

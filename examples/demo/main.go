@@ -1,6 +1,8 @@
-// Command demo walks a newcomer through capsnap's decisions: it starts the
-// billing MCP server, capsnap and a real Envoy on the demo ports, then acts
-// as an agent on the official MCP Go SDK and prints each decision and why.
+// Command demo walks a newcomer through capsnap's decisions: it starts two
+// MCP servers (billing and payments), capsnap and a real Envoy on the demo
+// ports, then acts as agents on the official MCP Go SDK and prints each
+// decision and why, through the seed's worked refund example and its
+// drift denial.
 package main
 
 import (
@@ -19,6 +21,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/capsnap/capsnap/examples/billing"
+	"github.com/capsnap/capsnap/pincheck"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -29,6 +33,8 @@ const (
 	supportAgent  = "spiffe://acme/agent/support-refund"
 	readonlyAgent = "spiffe://acme/agent/support-readonly"
 )
+
+var refundA100 = map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}
 
 func main() {
 	capsnapBin := flag.String("capsnap", "bin/capsnap", "capsnap binary")
@@ -58,7 +64,7 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	step("Starting the billing MCP server, capsnap and Envoy on loopback")
+	step("Starting two MCP servers (billing, payments), capsnap and Envoy on loopback")
 	s, err := testbed.StartStack(ctx, testbed.StackOptions{
 		Capsnap: capsnapBin, Billing: billingBin, Envoy: envoyBin,
 		Ports: testbed.DemoPorts, Dir: dir, Policy: policy, Tee: tee,
@@ -69,8 +75,9 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	defer s.Close()
 	fmt.Printf("  Envoy:   %s\n  MCP URL: %s (Envoy -> capsnap ext_authz -> billing)\n", s.EnvoyVersion, s.MCPURL())
 
-	step("The support agent connects and discovers tools (tools/list passes)")
-	cs, err := testbed.Connect(ctx, s.MCPURL(), supportAgent, "")
+	step("The support agent discovers tools: tools/list is the authorize boundary")
+	agent := testbed.NewAgent(supportAgent)
+	cs, err := agent.Connect(ctx, s.MCPURL(), "")
 	if err != nil {
 		return err
 	}
@@ -82,38 +89,89 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	for _, t := range list.Tools {
 		fmt.Printf("  tool %-13s %s\n", t.Name, firstLine(t.Description))
 	}
+	epoch := agent.Epoch()
+	fmt.Printf("  capsnap minted snapshot %s (x-capsnap-epoch) pinning refund at %s\n", epoch, short(digest("baseline")))
 
-	step("Refund order A-100, USD 40, duplicate_charge")
-	call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"})
-	st, err := s.Stats(ctx)
-	if err != nil {
+	step("Turn 1: refund order A-100, USD 40, duplicate_charge")
+	call(ctx, cs, "refund", refundA100)
+	fmt.Printf("  billing's refund handler has started %d time(s)\n", starts(ctx, s))
+
+	step("Attack mid-turn: billing redeploys refund with skip_fraud_check; list_changed fires")
+	if err := s.Redeploy(ctx, "billing", billing.SkipFraudCheck); err != nil {
 		return err
 	}
-	fmt.Printf("  billing's refund handler has started %d time(s)\n", st.HandlerStarts["refund"])
+	if err := s.WaitCatalog(ctx, "billing", "refund", digest(billing.SkipFraudCheck)); err != nil {
+		return err
+	}
+	fmt.Printf("  capsnap's own view of refund is now %s\n", short(digest(billing.SkipFraudCheck)))
 
-	step("A tool the server does not serve")
-	call(ctx, cs, "delete_all_orders", map[string]any{})
+	step("A pending identical proposal that still carries " + epoch)
+	agent.Send(testbed.EpochHeader, epoch)
+	before := starts(ctx, s)
+	call(ctx, cs, "refund", refundA100)
+	fmt.Printf("  handler starts: %d -> %d (the handler never ran)\n", before, starts(ctx, s))
 
-	step("The read-only agent tries to refund")
-	ro, err := testbed.Connect(ctx, s.MCPURL(), readonlyAgent, "")
+	step("The agent returns to planning: it lists tools again and gets a new epoch")
+	agent.Send(testbed.EpochHeader, "")
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	fmt.Printf("  new snapshot %s\n", agent.Epoch())
+	call(ctx, cs, "refund", refundA100)
+
+	step("Another agent replays the support agent's snapshot")
+	thief := testbed.NewAgent(readonlyAgent)
+	thief.Send(testbed.EpochHeader, agent.Epoch())
+	ro, err := thief.Connect(ctx, s.MCPURL(), "")
 	if err != nil {
 		return err
 	}
 	defer ro.Close()
-	call(ctx, ro, "refund", map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"})
+	call(ctx, ro, "refund", refundA100)
+
+	step("The read-only agent, under its own snapshot, tries to refund")
+	thief.Send(testbed.EpochHeader, "")
+	if _, err := ro.ListTools(ctx, nil); err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	call(ctx, ro, "refund", refundA100)
+
+	step("A tool the server does not serve")
+	call(ctx, cs, "delete_all_orders", map[string]any{})
 
 	step(`A body with "name" twice (a parser differential)`)
 	rawPost(ctx, s, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"lookup_order","name":"refund","arguments":{}}}`)
 
-	st, err = s.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	step(fmt.Sprintf("Done: the refund handler ran %d time(s); no denied call reached it", st.HandlerStarts["refund"]))
+	step(fmt.Sprintf("Done: the refund handler ran %d time(s), each under a verified contract", starts(ctx, s)))
 	return nil
 }
 
 func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+func digest(variant string) string {
+	for _, d := range billing.Definitions(variant) {
+		if d.Name == "refund" {
+			dg, _ := pincheck.Digest(d)
+			return dg
+		}
+	}
+	return ""
+}
+
+func short(digest string) string {
+	if len(digest) > len("sha256:")+12 {
+		return digest[:len("sha256:")+12] + "…"
+	}
+	return digest
+}
+
+func starts(ctx context.Context, s *testbed.Stack) int {
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return -1
+	}
+	return st.HandlerStarts["refund"]
+}
 
 func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[string]any) {
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
@@ -127,11 +185,19 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		return
 	}
 	var data struct {
-		Reason string `json:"reason"`
-		Detail string `json:"detail"`
+		Reason         string `json:"reason"`
+		Drift          bool   `json:"capability_drift"`
+		ReturnTo       string `json:"return_to"`
+		Detail         string `json:"detail"`
+		SnapshotDigest string `json:"snapshot_digest"`
+		LiveDigest     string `json:"live_digest"`
 	}
 	_ = json.Unmarshal(werr.Data, &data)
-	fmt.Printf("  DENY   tools/call %s: %s (%s)\n", tool, data.Reason, data.Detail)
+	kind := ""
+	if data.Drift {
+		kind = "capability_drift "
+	}
+	fmt.Printf("  DENY   tools/call %s: %s%s, return to %s\n         %s\n", tool, kind, data.Reason, data.ReturnTo, data.Detail)
 }
 
 func rawPost(ctx context.Context, s *testbed.Stack, body string) {
