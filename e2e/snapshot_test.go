@@ -306,3 +306,35 @@ func TestCatalogSourceDown(t *testing.T) {
 		t.Fatalf("with the server down: %q, want catalog_unavailable", r)
 	}
 }
+
+// The server changes between capsnap's allow and the handler's start:
+// capsnap's view (the listing) is still the old contract, so capsnap
+// allows, and the handler-start check refuses before any side effect.
+func TestHandlerStartCheck(t *testing.T) {
+	s := startStack(t)
+	c := connect(t, s, "billing", supportAgent, "2025-11-25")
+	c.list(t)
+	if err := s.RollOutHandlers(context.Background(), "billing", billing.SkipFraudCheck); err != nil {
+		t.Fatal(err)
+	}
+	before := starts(t, s, "billing", "refund")
+	_, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund", Arguments: refundA100})
+	var werr *jsonrpc.Error
+	if !errors.As(err, &werr) || werr.Code != pincheck.CodeRefused || !strings.Contains(string(werr.Data), `"reason":"`+pincheck.Reason+`"`) {
+		t.Fatalf("call after a handler-only rollout: %v, want a %s refusal", err, pincheck.Reason)
+	}
+	if starts(t, s, "billing", "refund") != before {
+		t.Fatal("the refused call started its handler")
+	}
+	// capsnap allowed it: its audit line says so, with the pinned digest
+	// the handler refused.
+	allowed := false
+	for _, line := range strings.Split(s.Capsnap.Output(), "\n") {
+		if strings.Contains(line, `"decision":"allow"`) && strings.Contains(line, `"mcp_method":"tools/call"`) && strings.Contains(line, `"tool":"refund"`) {
+			allowed = true
+		}
+	}
+	if !allowed {
+		t.Fatal("capsnap has no audit line allowing the refund call")
+	}
+}

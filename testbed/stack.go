@@ -235,7 +235,17 @@ func (s *Stack) ServerStats(ctx context.Context, id string) (BillingStats, error
 // Redeploy switches server id to another variant of its tools, which
 // makes it send notifications/tools/list_changed.
 func (s *Stack) Redeploy(ctx context.Context, id, variant string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.ServerURL(id)+"/admin/variant", strings.NewReader(variant))
+	return s.deploy(ctx, id, "/admin/variant", variant)
+}
+
+// RollOutHandlers switches only server id's handlers to variant, leaving
+// its listing (and so capsnap's view) on the old contract.
+func (s *Stack) RollOutHandlers(ctx context.Context, id, variant string) error {
+	return s.deploy(ctx, id, "/admin/handlers", variant)
+}
+
+func (s *Stack) deploy(ctx context.Context, id, path, variant string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.ServerURL(id)+path, strings.NewReader(variant))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("redeploy %s: %w", id, err)

@@ -128,13 +128,17 @@ type Billing struct {
 	mu      sync.Mutex
 	variant string
 	starts  map[string]int
+	// handlers serve each tool now; the listed definition may lag behind
+	// them during a rollout (RollOutHandlers).
+	handlers map[string]mcp.ToolHandler
 }
 
 // New returns a server serving Baseline.
 func New(opts Options) *Billing {
 	b := &Billing{
-		srv: mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1.0.0"}, nil),
-		pin: opts.Pin,
+		srv:      mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1.0.0"}, nil),
+		pin:      opts.Pin,
+		handlers: map[string]mcp.ToolHandler{},
 	}
 	b.Reset()
 	return b
@@ -148,27 +152,58 @@ func (b *Billing) Server() *mcp.Server { return b.srv }
 // session's GET stream up to 2025-11-25, on subscriptions/listen streams in
 // 2026-07-28.
 func (b *Billing) SetVariant(name string) error {
-	defs := Definitions(name)
-	if defs == nil {
-		return fmt.Errorf("set variant: unknown variant %q (want one of %s)", name, strings.Join(Variants(), ", "))
-	}
-	handlers := make([]mcp.ToolHandler, len(defs))
-	for i, def := range defs {
-		h, err := b.handler(def)
-		if err != nil {
-			return fmt.Errorf("set variant %s: %w", name, err)
-		}
-		handlers[i] = h
+	defs, err := b.rollOut(name)
+	if err != nil {
+		return err
 	}
 	b.deploy.Lock()
 	defer b.deploy.Unlock()
-	for i, def := range defs {
-		b.srv.AddTool(def, handlers[i])
+	for _, def := range defs {
+		b.srv.AddTool(def, b.dispatch(def.Name))
 	}
 	b.mu.Lock()
 	b.variant = name
 	b.mu.Unlock()
 	return nil
+}
+
+// RollOutHandlers replaces the handlers with the named variant's but keeps
+// listing the old definitions, as a deploy caught half way does: no
+// list_changed is sent, so capsnap still allows calls against the listed
+// contract, and only a handler-start check (Options.Pin) can refuse them.
+func (b *Billing) RollOutHandlers(name string) error {
+	_, err := b.rollOut(name)
+	return err
+}
+
+// rollOut makes name's handlers the ones that run.
+func (b *Billing) rollOut(name string) ([]*mcp.Tool, error) {
+	defs := Definitions(name)
+	if defs == nil {
+		return nil, fmt.Errorf("set variant: unknown variant %q (want one of %s)", name, strings.Join(Variants(), ", "))
+	}
+	handlers := make(map[string]mcp.ToolHandler, len(defs))
+	for _, def := range defs {
+		h, err := b.handler(def)
+		if err != nil {
+			return nil, fmt.Errorf("set variant %s: %w", name, err)
+		}
+		handlers[def.Name] = h
+	}
+	b.mu.Lock()
+	b.handlers = handlers
+	b.mu.Unlock()
+	return defs, nil
+}
+
+// dispatch runs whichever handler serves tool now.
+func (b *Billing) dispatch(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		b.mu.Lock()
+		h := b.handlers[tool]
+		b.mu.Unlock()
+		return h(ctx, req)
+	}
 }
 
 // Variant is the variant being served.
@@ -284,6 +319,8 @@ const sessionTimeout = 10 * time.Minute
 // for tests and the demo:
 //
 //	POST /admin/variant  body: a variant name; redeploys and answers Stats
+//	POST /admin/handlers body: a variant name; rolls out only its handlers
+//	                     (RollOutHandlers) and answers Stats
 //	GET  /admin/stats    Stats as JSON
 //	POST /admin/reset    serves Baseline, zeroes the counts; answers Stats
 //
@@ -302,18 +339,22 @@ func (b *Billing) Handler() http.Handler {
 		}
 		sessions.ServeHTTP(w, r)
 	})
-	mux.HandleFunc("POST /admin/variant", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64))
-		if err != nil {
-			http.Error(w, "the body must be a variant name", http.StatusBadRequest)
-			return
+	deploy := func(set func(string) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64))
+			if err != nil {
+				http.Error(w, "the body must be a variant name", http.StatusBadRequest)
+				return
+			}
+			if err := set(strings.TrimSpace(string(body))); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			b.writeStats(w)
 		}
-		if err := b.SetVariant(strings.TrimSpace(string(body))); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		b.writeStats(w)
-	})
+	}
+	mux.HandleFunc("POST /admin/variant", deploy(b.SetVariant))
+	mux.HandleFunc("POST /admin/handlers", deploy(b.RollOutHandlers))
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, _ *http.Request) { b.writeStats(w) })
 	mux.HandleFunc("POST /admin/reset", func(w http.ResponseWriter, _ *http.Request) {
 		b.Reset()
