@@ -15,12 +15,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -262,4 +266,35 @@ func post(t *testing.T, s *testbed.Stack, principal, body string) (*http.Respons
 		t.Fatal(err)
 	}
 	return resp, b
+}
+
+// The shipped Envoy configuration is accepted by the real Envoy as it is.
+func TestEnvoyAcceptsDemoConfig(t *testing.T) {
+	envoyBin, err := testbed.FindEnvoy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(envoyBin, "--mode", "validate", "-c", "../envoy/demo.yaml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+	}
+}
+
+// capsnap serves grpc.health.v1 beside the Authorization service, for
+// Envoy's and Kubernetes' health checks.
+func TestGRPCHealth(t *testing.T) {
+	s := startStack(t)
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, svc := range []string{"", "envoy.service.auth.v3.Authorization"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health of %q: %v, %v", svc, resp.GetStatus(), err)
+		}
+	}
 }

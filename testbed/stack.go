@@ -203,6 +203,9 @@ func (s *Stack) RouteURL(id string) string {
 // ServerURL is server id itself, bypassing Envoy.
 func (s *Stack) ServerURL(id string) string { return "http://" + s.serverAddr(id) }
 
+// GRPCAddr is capsnap's ext_authz and health address.
+func (s *Stack) GRPCAddr() string { return addr(s.opts.Ports.GRPC) }
+
 // AdminURL is capsnap's admin listener.
 func (s *Stack) AdminURL() string { return "http://" + addr(s.opts.Ports.Admin) }
 
