@@ -38,6 +38,18 @@ const (
 	UnclassifiedTool Reason = "unclassified_tool"
 	// ToolNotGranted: the policy does not let this principal call the tool.
 	ToolNotGranted Reason = "tool_not_granted"
+	// ToolUnapproved: the policy's approvals lockfile does not approve
+	// the tool's live digest, so it waits for review before it can join a
+	// snapshot.
+	ToolUnapproved Reason = "tool_unapproved"
+	// InvalidArguments: the arguments do not satisfy the pinned inputSchema.
+	InvalidArguments Reason = "invalid_arguments"
+	// ConstraintViolation: the arguments break a constraint of the pinned
+	// policy (a limit, an allowlist).
+	ConstraintViolation Reason = "constraint_violation"
+	// SequenceViolation: the policy requires another tool to have been
+	// called first under the same snapshot.
+	SequenceViolation Reason = "sequence_violation"
 	// NoSnapshot: the call has no snapshot to be verified against, or its
 	// snapshot does not pin this tool on this server.
 	NoSnapshot Reason = "no_snapshot"
