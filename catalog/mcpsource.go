@@ -44,9 +44,9 @@ const statelessVersion = "2026-07-28"
 // On 2025-06-18 and 2025-11-25 list_changed arrives on the session's GET
 // stream; on 2026-07-28 the SDK opens a subscriptions/listen stream, and
 // MCPSource waits for the server's acknowledgement before its first list so
-// that no change falls between the two. A 2026-07-28 server that sets ttlMs
-// may have a backstop relist answered from the SDK's cache; list_changed
-// always empties it.
+// that no change falls between the two. The ttlMs of a 2026-07-28
+// tools/list result is ignored: every relist asks the server (see
+// freshLists).
 //
 // The digests are over each tool as the SDK decoded it and encodes it back,
 // which is what an agent on the same SDK is shown and what the server's own
@@ -138,6 +138,7 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 			}
 		},
 	})
+	client.AddSendingMiddleware(freshLists)
 	client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "notifications/subscriptions/acknowledged" {
@@ -225,6 +226,23 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 		case <-changed:
 		case <-tick.C:
 		}
+	}
+}
+
+// freshLists keeps the SDK from caching tools/list results, by zeroing the
+// ttlMs of each before ClientSession.ListTools stores it. A cached list
+// would outlive the change that made it stale: a list_changed that arrives
+// while a relist is in flight empties the cache before that relist's answer,
+// made before the change, is stored in it, so the relist that list_changed
+// asked for, and every backstop relist for ttlMs after it, would be answered
+// with the old list.
+func freshLists(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if r, ok := res.(*mcp.ListToolsResult); ok && r != nil {
+			r.TTLMs = 0
+		}
+		return res, err
 	}
 }
 
