@@ -87,6 +87,10 @@ type Store interface {
 	Invalidate(serverID string, tools []string, gen uint64)
 	// ChangedAt is the generation of the last such change, 0 if none.
 	ChangedAt(serverID, tool string) uint64
+	// RecordCall notes that a call to tool was allowed under snapshot s,
+	// for the policy's sequence rules; Called asks.
+	RecordCall(s *Snapshot, tool string)
+	Called(epoch, tool string) bool
 }
 
 var _ Store = (*Memory)(nil)
@@ -98,6 +102,9 @@ type Memory struct {
 	// latest maps (principal, server, session) to its newest epoch, and
 	// expires with that snapshot.
 	latest *ristretto.Cache[string, string]
+	// calls holds the (epoch, tool) pairs allowed so far, and expires
+	// with the snapshot.
+	calls *ristretto.Cache[string, struct{}]
 	// changed holds, per (server, tool), the catalog generation it last
 	// changed in; it grows with the catalogs' tools, not with snapshots.
 	mu      sync.Mutex
@@ -146,7 +153,13 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	return &Memory{pins: pins, snapshots: snaps, latest: latest, changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}, nil
+	calls, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
+		NumCounters: 10 * o.MaxSnapshots * pinsPerSnapshot, MaxCost: o.MaxSnapshots * pinsPerSnapshot, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return &Memory{pins: pins, snapshots: snaps, latest: latest, calls: calls, changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}, nil
 }
 
 // pinsPerSnapshot sizes the pin cache: the typical number of tools a
@@ -158,6 +171,7 @@ func (m *Memory) Close() {
 	m.pins.Close()
 	m.snapshots.Close()
 	m.latest.Close()
+	m.calls.Close()
 }
 
 // Put implements Store.
@@ -225,6 +239,23 @@ func (m *Memory) ChangedAt(serverID, tool string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed[[2]string{serverID, tool}]
+}
+
+// RecordCall implements Store.
+func (m *Memory) RecordCall(s *Snapshot, tool string) {
+	ttl := s.ValidUntil.Sub(m.now())
+	if ttl <= 0 {
+		return
+	}
+	m.calls.SetWithTTL(encode(s.Epoch, tool), struct{}{}, 1, ttl)
+	// A sequence rule checks this on the very next call.
+	m.calls.Wait()
+}
+
+// Called implements Store.
+func (m *Memory) Called(epoch, tool string) bool {
+	_, ok := m.calls.Get(encode(epoch, tool))
+	return ok
 }
 
 // NewEpoch returns an unguessable opaque epoch: 128 random bits.

@@ -110,3 +110,42 @@ func TestEpochsAreUnique(t *testing.T) {
 		seen[e] = true
 	}
 }
+
+func TestCallsAreRecordedPerSnapshot(t *testing.T) {
+	m := newStore(t)
+	a := snapshot("a", "billing", "", time.Minute)
+	b := snapshot("a", "billing", "", time.Minute)
+	for _, s := range []*Snapshot{a, b} {
+		if err := m.Put(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Called(a.Epoch, "lookup_order") {
+		t.Fatal("a call recorded before any was made")
+	}
+	m.RecordCall(a, "lookup_order")
+	if !m.Called(a.Epoch, "lookup_order") {
+		t.Fatal("recorded call not found")
+	}
+	if m.Called(b.Epoch, "lookup_order") || m.Called(a.Epoch, "refund") {
+		t.Fatal("a call leaked into another snapshot or tool")
+	}
+	// An expired snapshot records nothing.
+	gone := snapshot("a", "billing", "", -time.Second)
+	m.RecordCall(gone, "lookup_order")
+	if m.Called(gone.Epoch, "lookup_order") {
+		t.Fatal("a call was recorded under an expired snapshot")
+	}
+}
+
+func TestInvalidateKeepsTheNewestGeneration(t *testing.T) {
+	m := newStore(t)
+	m.Invalidate("billing", []string{"refund"}, 3)
+	m.Invalidate("billing", []string{"refund"}, 2) // a late, older report
+	if got := m.ChangedAt("billing", "refund"); got != 3 {
+		t.Fatalf("ChangedAt = %d, want 3", got)
+	}
+	if got := m.ChangedAt("payments", "refund"); got != 0 {
+		t.Fatalf("another server's refund: ChangedAt = %d, want 0", got)
+	}
+}

@@ -43,6 +43,11 @@ type Config struct {
 	AdminAddr string `yaml:"admin_addr"`
 	// PolicyFile is the policy that classifies tools and grants them.
 	PolicyFile string `yaml:"policy_file"`
+	// PolicyPoll is how often the policy file (and its lockfile) is
+	// checked for changes; a change reloads it, never loosening.
+	PolicyPoll time.Duration `yaml:"policy_poll_interval"`
+	// Denials configures what a denial tells the caller.
+	Denials Denials `yaml:"denials"`
 	// Principal says where the acting identity comes from.
 	Principal Principal `yaml:"principal"`
 	// Servers are the upstream MCP servers, by the server_id that Envoy's
@@ -95,6 +100,13 @@ type Server struct {
 	Resync time.Duration `yaml:"resync_interval"`
 }
 
+// Denials configures what a denial tells the caller.
+type Denials struct {
+	// ListAllowedTools makes a tool_not_granted denial list the tools the
+	// principal may call on that server, so an agent can re-plan.
+	ListAllowedTools bool `yaml:"list_allowed_tools"`
+}
+
 // Snapshots configures capability snapshots.
 type Snapshots struct {
 	// TTL is how long a snapshot is valid after it is minted: short, so a
@@ -143,10 +155,12 @@ func Default() Config {
 			JWT:    JWT{MetadataNamespace: "envoy.filters.http.jwt_authn", PayloadKey: "jwt_payload", Claim: "sub"},
 			Header: "x-capsnap-dev-principal",
 		},
-		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
-		Catalog:   Catalog{MaxAge: 2 * time.Minute},
-		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
-		Log:       Log{Level: "info", Format: "json"},
+		PolicyPoll: 2 * time.Second,
+		Denials:    Denials{ListAllowedTools: true},
+		Snapshots:  Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
+		Catalog:    Catalog{MaxAge: 2 * time.Minute},
+		Limits:     Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
+		Log:        Log{Level: "info", Format: "json"},
 	}
 }
 
@@ -228,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if c.PolicyFile == "" {
 		return errors.New("policy_file: required")
+	}
+	if c.PolicyPoll < 100*time.Millisecond {
+		return fmt.Errorf("policy_poll_interval: %s is below 100ms", c.PolicyPoll)
 	}
 	if err := c.Principal.validate(); err != nil {
 		return fmt.Errorf("principal.%w", err)

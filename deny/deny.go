@@ -97,11 +97,12 @@ const (
 // ReturnTo says what a caller denied for r must do next.
 func (r Reason) ReturnTo() string {
 	switch r {
-	case SchemaDrift, SnapshotExpired, NoSnapshot, UnknownTool:
+	case SchemaDrift, SnapshotExpired, NoSnapshot, UnknownTool,
+		InvalidArguments, ConstraintViolation, SequenceViolation:
 		return ReturnToPlanning
 	case PolicyDrift:
 		return ReturnToAuthorization
-	case EffectEscalation:
+	case EffectEscalation, ToolUnapproved:
 		return ReturnToReview
 	default:
 		return ReturnToNone

@@ -72,7 +72,7 @@ func startStackWith(t *testing.T, opt func(*testbed.StackOptions)) *testbed.Stac
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := os.ReadFile("../examples/demo/policy.yaml")
+	policy, err := os.ReadFile("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

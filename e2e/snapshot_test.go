@@ -236,7 +236,7 @@ func TestSameToolNameOnTwoServers(t *testing.T) {
 }
 
 func TestPolicyReload(t *testing.T) {
-	base, err := os.ReadFile("../examples/demo/policy.yaml")
+	base, err := os.ReadFile("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

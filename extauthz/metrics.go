@@ -13,6 +13,8 @@ import (
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
+	reloads   *prometheus.CounterVec
+	policy    *prometheus.GaugeVec
 }
 
 // NewMetrics registers the decision metrics on reg.
@@ -30,8 +32,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets:   []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3, 25e-3},
 		}),
 	}
-	reg.MustRegister(m.decisions, m.latency)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "policy_reloads_total",
+		Help:      "Policy reloads by result: ok, unchanged, invalid, refused_loosening.",
+	}, []string{"result"})
+	// The digest is a label of an info metric with one series at a time,
+	// so its cardinality stays one.
+	m.policy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "capsnap",
+		Name:      "policy_info",
+		Help:      "The policy in force, by digest; always 1.",
+	}, []string{"digest"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy)
 	return m
+}
+
+func (m *Metrics) reloaded(result string) {
+	if m != nil {
+		m.reloads.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) policyInForce(digest string) {
+	if m != nil {
+		m.policy.Reset()
+		m.policy.WithLabelValues(digest).Set(1)
+	}
 }
 
 func (s *Server) record(d *decision, elapsed time.Duration) {

@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -42,6 +43,39 @@ const (
 )
 
 func (d *decision) response() *authv3.CheckResponse {
+	resp := d.answer()
+	resp.DynamicMetadata = d.metadata()
+	return resp
+}
+
+// metadata is the decision as Envoy dynamic metadata, under the ext_authz
+// filter's namespace, so that an access log row carries the decision and
+// the snapshot it was made under.
+func (d *decision) metadata() *structpb.Struct {
+	verdict, reason := "allow", "ok"
+	if d.fail != nil {
+		verdict, reason = "deny", string(d.fail.Reason)
+	}
+	f := map[string]*structpb.Value{
+		"decision": structpb.NewStringValue(verdict),
+		"reason":   structpb.NewStringValue(reason),
+	}
+	add := func(k, v string) {
+		if v != "" {
+			f[k] = structpb.NewStringValue(v)
+		}
+	}
+	add("server_id", d.serverID)
+	add("tool", d.tool)
+	add("schema_digest", d.digest)
+	add("policy_digest", d.policyDigest)
+	if d.snapshot != nil {
+		add("epoch", d.snapshot.Epoch)
+	}
+	return &structpb.Struct{Fields: f}
+}
+
+func (d *decision) answer() *authv3.CheckResponse {
 	if d.fail != nil {
 		return d.denied()
 	}
@@ -127,6 +161,9 @@ type errorData struct {
 	SnapshotDigest string `json:"snapshot_digest,omitempty"`
 	LiveDigest     string `json:"live_digest,omitempty"`
 	SnapshotPolicy string `json:"snapshot_policy_digest,omitempty"`
+	// AllowedTools, on tool_not_granted, are the tools this principal may
+	// call on this server.
+	AllowedTools []string `json:"allowed_tools,omitempty"`
 }
 
 func (d *decision) denied() *authv3.CheckResponse {
@@ -145,6 +182,7 @@ func (d *decision) denied() *authv3.CheckResponse {
 		Reason: d.fail.Reason, Drift: d.fail.Reason.Drift(), ReturnTo: d.fail.Reason.ReturnTo(),
 		Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool,
 		SnapshotDigest: d.digest, LiveDigest: d.liveDigest, SnapshotPolicy: d.policyDigest,
+		AllowedTools: d.allowedTools,
 	}
 	if d.snapshot != nil {
 		b.Error.Data.Epoch = d.snapshot.Epoch

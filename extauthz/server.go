@@ -38,7 +38,11 @@ type Options struct {
 	// Servers are the configured server_ids; a route naming any other is
 	// a misconfiguration and is denied.
 	Servers []string
-	Policy  *policy.Policy
+	// Rules are the policy (and lockfile) in force at start.
+	Rules *Rules
+	// ListAllowedTools makes a tool_not_granted denial list the tools the
+	// principal may call on the server.
+	ListAllowedTools bool
 	// Snapshots stores the snapshots minted at tools/list.
 	Snapshots cache.Store
 	// SnapshotTTL is how long a minted snapshot is valid.
@@ -62,7 +66,9 @@ type Server struct {
 	authv3.UnimplementedAuthorizationServer
 	catalog   Catalog
 	servers   map[string]bool
-	policy    atomic.Pointer[policy.Policy]
+	rules     atomic.Pointer[Rules]
+	listTools bool
+	schemas   schemas
 	snapshots cache.Store
 	ttl       time.Duration
 	freshness config.Catalog
@@ -76,17 +82,18 @@ type Server struct {
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// New returns a Server. Policy and Catalog are required: capsnap never runs
-// without something to decide against.
+// New returns a Server. Rules, Catalog and Snapshots are required: capsnap
+// never runs without something to decide against.
 func New(o Options) (*Server, error) {
-	if o.Catalog == nil || o.Policy == nil || o.Snapshots == nil {
-		return nil, errors.New("extauthz: catalog, policy and snapshot store are required")
+	if o.Catalog == nil || o.Rules == nil || o.Snapshots == nil {
+		return nil, errors.New("extauthz: catalog, rules and snapshot store are required")
 	}
 	if o.SnapshotTTL <= 0 || o.Freshness.MaxAge <= 0 {
 		return nil, errors.New("extauthz: snapshot TTL and catalog max age must be positive")
 	}
 	s := &Server{
 		catalog:   o.Catalog,
+		listTools: o.ListAllowedTools,
 		snapshots: o.Snapshots,
 		ttl:       o.SnapshotTTL,
 		freshness: o.Freshness,
@@ -107,7 +114,7 @@ func New(o Options) (*Server, error) {
 	if s.newEpoch == nil {
 		s.newEpoch = cache.NewEpoch
 	}
-	s.policy.Store(o.Policy)
+	s.SetRules(o.Rules)
 	return s, nil
 }
 
@@ -118,9 +125,12 @@ func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed 
 	s.snapshots.Invalidate(serverID, changed, next.Generation)
 }
 
-// SetPolicy swaps in a reloaded policy for every decision that starts after
-// it returns.
-func (s *Server) SetPolicy(p *policy.Policy) { s.policy.Store(p) }
+// SetRules puts rules in force for every decision that starts after it
+// returns. Reload is the checked way to get here.
+func (s *Server) SetRules(r *Rules) {
+	s.rules.Store(r)
+	s.metrics.policyInForce(r.Policy.Digest())
+}
 
 // Check decides one request. It never returns a gRPC error for a request it
 // can read: Envoy would apply its failure mode instead of capsnap's answer.
@@ -145,6 +155,7 @@ type decision struct {
 	method       string
 	id           json.RawMessage
 	tool         string
+	arguments    json.RawMessage
 	effect       policy.EffectClass
 	policyDigest string
 	// digest is the pinned schema digest; liveDigest what the catalog
@@ -157,6 +168,9 @@ type decision struct {
 	// staleRead marks a read allowed on its snapshot alone while the
 	// catalog was unavailable.
 	staleRead bool
+	// allowedTools, for a tool_not_granted denial, are the tools the
+	// principal may call instead.
+	allowedTools []string
 	// clientHeaders are the x-capsnap-* headers the client sent;
 	// clientEpoch and clientDigest the epoch and planned digest among them.
 	clientHeaders []string
@@ -219,8 +233,12 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		d.method, d.id = m.Method, m.ID
 		return s.mint(d)
 	default:
-		d.method, d.id, d.tool = m.Method, m.ID, m.Tool
-		return s.verifyCall(d)
+		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
+		if fail := s.verifyCall(d); fail != nil {
+			return fail
+		}
+		s.snapshots.RecordCall(d.snapshot, d.tool)
+		return nil
 	}
 }
 
@@ -244,29 +262,31 @@ func (s *Server) parse(h *authv3.AttributeContext_HttpRequest) (*mcpparse.Reques
 	return r, nil
 }
 
-// live returns the server's catalog if it is fresh enough to verify
-// against: synced, its connection healthy (or it would miss list_changed)
-// and confirmed within the configured age.
+// live returns the server's catalog and whether it is fresh enough to
+// verify against: synced, its connection healthy (or it would miss
+// list_changed) and confirmed within the configured age. A stale catalog's
+// last list is returned with the failure, for the audited stale-read path.
 func (s *Server) live(serverID string) (*catalog.List, *deny.Error) {
 	list, st, err := s.catalog.Lookup(serverID)
 	if err != nil {
 		if de, ok := deny.As(err); ok {
-			return nil, de
+			return list, de
 		}
-		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: %v", serverID, err)
+		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: %v", serverID, err)
 	}
 	if st.LastError != nil {
-		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: last refresh failed: %v", serverID, st.LastError)
+		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: last refresh failed: %v", serverID, st.LastError)
 	}
 	if age := s.now().Sub(st.FetchedAt); age > s.freshness.MaxAge {
-		return nil, deny.Errorf(deny.CatalogUnavailable, "server %q: catalog is %s old, over the %s bound", serverID, age.Round(time.Millisecond), s.freshness.MaxAge)
+		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: catalog is %s old, over the %s bound", serverID, age.Round(time.Millisecond), s.freshness.MaxAge)
 	}
 	return list, nil
 }
 
 // mint is the authorize boundary: a passing tools/list mints a snapshot of
-// the tools the policy lets this principal call, from capsnap's own live
-// view of the server, never from what the response will say.
+// the tools the policy lets this principal call (and its lockfile, if any,
+// approves at their live digest), from capsnap's own live view of the
+// server, never from what the response will say.
 func (s *Server) mint(d *decision) *deny.Error {
 	list, fail := s.live(d.serverID)
 	if fail != nil {
@@ -278,11 +298,11 @@ func (s *Server) mint(d *decision) *deny.Error {
 		ObservedAt: now, ValidUntil: now.Add(s.ttl), CatalogGeneration: list.Generation,
 		Pins: map[string]cache.Pin{},
 	}
-	pol := s.policy.Load()
+	r := s.rules.Load()
 	for name, t := range list.Tools {
-		rule, err := pol.Decide(d.principal, d.serverID, name)
-		if err != nil {
-			continue // not granted or unclassified: not in the snapshot
+		rule, err := r.Policy.Decide(d.principal, d.serverID, name)
+		if err != nil || (r.Lock != nil && !r.Lock.Approved(d.serverID, name, t.Digest)) {
+			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
 		snap.Pins[name] = cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest}
 	}
@@ -297,9 +317,11 @@ func (s *Server) mint(d *decision) *deny.Error {
 // in this order: the catalog is live; the snapshot exists and is the
 // caller's; it has not expired; it pins the tool; the live definition is
 // the pinned one; the live effect class is not stronger; the live policy
-// rules are the pinned ones.
+// rules are the pinned ones; then the arguments satisfy the pinned schema,
+// the pinned constraints and sequence rules.
 func (s *Server) verifyCall(d *decision) *deny.Error {
 	list, catalogFail := s.live(d.serverID)
+	r := s.rules.Load()
 
 	snap, fail := s.snapshotFor(d)
 	if fail != nil {
@@ -320,18 +342,14 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	}
 	pin, pinned := snap.Pins[d.tool]
 	if !pinned {
-		return s.whyNotPinned(d, list, catalogFail)
+		return s.whyNotPinned(d, r, list, catalogFail)
 	}
 	d.digest, d.effect, d.policyDigest = pin.SchemaDigest, pin.Effect, pin.PolicyDigest
 	if d.clientDigest != "" && d.clientDigest != pin.SchemaDigest {
 		return deny.Errorf(deny.SchemaDrift, "the client planned against %s, the snapshot pins %s", d.clientDigest, pin.SchemaDigest)
 	}
 	if catalogFail != nil {
-		if s.freshness.AllowStaleReads && pin.Effect == policy.Read {
-			d.staleRead = true
-			return nil
-		}
-		return catalogFail
+		return s.staleRead(d, r, pin, list, catalogFail)
 	}
 
 	// The pin is found under the full (server, tool, live digest,
@@ -349,8 +367,11 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if s.snapshots.ChangedAt(d.serverID, d.tool) > snap.CatalogGeneration {
 		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
 	}
+	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
+		return deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s", d.serverID, d.tool, live.Digest)
+	}
 
-	rule, err := s.policy.Load().Decide(d.principal, d.serverID, d.tool)
+	rule, err := r.Policy.Decide(d.principal, d.serverID, d.tool)
 	if err != nil {
 		return deny.Errorf(deny.PolicyDrift, "the policy no longer allows it: %v", err)
 	}
@@ -360,6 +381,60 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if rule.Digest != pin.PolicyDigest {
 		return deny.Errorf(deny.PolicyDrift, "the rules for %q are now %s, the snapshot pins %s", d.tool, rule.Digest, pin.PolicyDigest)
 	}
+	// The contract is the pinned one; now its terms.
+	return s.checkTerms(d, snap, rule, live.Digest, live.InputSchema)
+}
+
+// checkTerms holds the arguments to the pinned inputSchema and the pinned
+// policy's constraints, and the call to its sequence rules.
+func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
+	if fail := s.schemas.checkArguments(digest, inputSchema, d.arguments); fail != nil {
+		return fail
+	}
+	if len(rule.Constraints) > 0 {
+		args := map[string]any{}
+		if len(d.arguments) > 0 {
+			if err := json.Unmarshal(d.arguments, &args); err != nil {
+				return deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
+			}
+		}
+		in := policy.Input{Args: args, Principal: d.principal, Server: d.serverID, Tool: d.tool}
+		for _, c := range rule.Constraints {
+			if err := c.Check(in); err != nil {
+				if de, ok := deny.As(err); ok {
+					return de
+				}
+				return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
+			}
+		}
+	}
+	for _, before := range rule.After {
+		if !s.snapshots.Called(snap.Epoch, before) {
+			return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, before, snap.Epoch)
+		}
+	}
+	return nil
+}
+
+// staleRead decides a pinned call while the catalog is unavailable: only a
+// read, only if the operator allowed it, only on the last list still
+// showing the pinned definition, and audited as such.
+func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.List, catalogFail *deny.Error) *deny.Error {
+	if !s.freshness.AllowStaleReads || pin.Effect != policy.Read || list == nil {
+		return catalogFail
+	}
+	last, ok := list.Tools[d.tool]
+	if !ok || last.Digest != pin.SchemaDigest {
+		return catalogFail
+	}
+	rule, err := r.Policy.Decide(d.principal, d.serverID, d.tool)
+	if err != nil || rule.Digest != pin.PolicyDigest {
+		return catalogFail
+	}
+	if fail := s.checkTerms(d, d.snapshot, rule, last.Digest, last.InputSchema); fail != nil {
+		return fail
+	}
+	d.staleRead = true
 	return nil
 }
 
@@ -382,21 +457,30 @@ func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
 }
 
 // whyNotPinned explains a call to a tool its snapshot does not pin: the
-// policy does not allow it, the server does not serve it, or it appeared
-// (or was granted) after the snapshot; a snapshot never broadens.
-func (s *Server) whyNotPinned(d *decision, list *catalog.List, catalogFail *deny.Error) *deny.Error {
+// server does not serve it, the policy does not allow it, the lockfile does
+// not approve it, or it appeared (or was granted) after the snapshot; a
+// snapshot never broadens.
+func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalogFail *deny.Error) *deny.Error {
+	var live catalog.Tool
 	if catalogFail == nil {
-		if _, ok := list.Tools[d.tool]; !ok {
+		var ok bool
+		if live, ok = list.Tools[d.tool]; !ok {
 			return deny.Errorf(deny.UnknownTool, "tool %q is not in server %q's live catalog", d.tool, d.serverID)
 		}
 	}
-	if _, err := s.policy.Load().Decide(d.principal, d.serverID, d.tool); err != nil {
+	if _, err := r.Policy.Decide(d.principal, d.serverID, d.tool); err != nil {
 		if de, ok := deny.As(err); ok {
+			if de.Reason == deny.ToolNotGranted && s.listTools {
+				d.allowedTools = r.Policy.Allowed(d.principal, d.serverID)
+			}
 			return de
 		}
 	}
 	if catalogFail != nil {
 		return catalogFail
+	}
+	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
+		return deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s; it waits for review", d.serverID, d.tool, live.Digest)
 	}
 	return deny.Errorf(deny.NoSnapshot, "snapshot %s does not pin tool %q; list tools again", d.snapshot.Epoch, d.tool)
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
-	"github.com/capsnap/capsnap/policy"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current responses")
@@ -111,7 +110,7 @@ func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	<-f.billing.ready
 	<-f.payments.ready
 
-	pol, err := policy.Load("testdata/policy.yaml")
+	rules, err := LoadRules("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,18 +123,19 @@ func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	principal.Source = config.SourceMTLS
 	var n int
 	o := Options{
-		Catalog:     cat,
-		Servers:     []string{"billing", "payments", "files"},
-		Policy:      pol,
-		Snapshots:   store,
-		SnapshotTTL: 5 * time.Minute,
-		Freshness:   config.Catalog{MaxAge: 2 * time.Minute},
-		Principal:   principal,
-		Limits:      mcpparse.DefaultLimits,
-		Audit:       zerolog.New(f.audit),
-		Metrics:     NewMetrics(f.reg),
-		Now:         f.clock.now,
-		NewEpoch:    func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
+		Catalog:          cat,
+		Servers:          []string{"billing", "payments", "files"},
+		Rules:            rules,
+		ListAllowedTools: true,
+		Snapshots:        store,
+		SnapshotTTL:      5 * time.Minute,
+		Freshness:        config.Catalog{MaxAge: 2 * time.Minute},
+		Principal:        principal,
+		Limits:           mcpparse.DefaultLimits,
+		Audit:            zerolog.New(f.audit),
+		Metrics:          NewMetrics(f.reg),
+		Now:              f.clock.now,
+		NewEpoch:         func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -200,9 +200,23 @@ func (c checkCase) request() *authv3.CheckRequest {
 
 const listBody = `{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`
 
-func callBody(tool string) string {
-	return fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, tool)
+// validArgs satisfy each billing tool's inputSchema in testdata, so that a
+// call is decided on its contract, not on its arguments.
+var validArgs = map[string]string{
+	"refund":       `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`,
+	"lookup_order": `{"order_id":"A-100"}`,
 }
+
+func callBody(tool string) string {
+	args, ok := validArgs[tool]
+	if !ok {
+		args = "{}"
+	}
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
+}
+
+// paymentsRefund satisfies testdata/payments.json's refund.
+const paymentsRefund = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund","arguments":{"payment_id":"p-1","amount":"4000"}}}`
 
 // list runs a tools/list as principal on server and returns the epoch the
 // client is given.
@@ -360,17 +374,17 @@ func TestDrift(t *testing.T) {
 			checkCase{Principal: support, Body: callBody("refund")}, "", false},
 		{"new tool never joins a snapshot", func(t *testing.T, f *fixture) {
 			f.billing.push(t, "testdata/catalog-new-tool.json", nil)
-			f.SetPolicy(mustPolicy(t, "testdata/policy-new-tool.yaml"))
+			f.SetRules(mustRules(t, "testdata/policy-new-tool.yaml"))
 		}, checkCase{Principal: support, Body: callBody("issue_credit")}, deny.NoSnapshot, false},
 		{"replayed by another principal", nil,
 			checkCase{Principal: auditor, Headers: map[string]string{HeaderEpoch: "ep_test_1"}, Body: callBody("refund")}, deny.PrincipalMismatch, true},
-		{"effect class raised", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-refund-admin.yaml")) },
+		{"effect class raised", func(t *testing.T, f *fixture) { f.SetRules(mustRules(t, "testdata/policy-refund-admin.yaml")) },
 			checkCase{Principal: support, Body: callBody("refund")}, deny.EffectEscalation, true},
-		{"rules for the tool changed", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-refund-wildcard.yaml")) },
+		{"rules for the tool changed", func(t *testing.T, f *fixture) { f.SetRules(mustRules(t, "testdata/policy-refund-wildcard.yaml")) },
 			checkCase{Principal: support, Body: callBody("refund")}, deny.PolicyDrift, true},
-		{"grant withdrawn", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-no-refund.yaml")) },
+		{"grant withdrawn", func(t *testing.T, f *fixture) { f.SetRules(mustRules(t, "testdata/policy-no-refund.yaml")) },
 			checkCase{Principal: support, Body: callBody("refund")}, deny.PolicyDrift, true},
-		{"rules for another tool changed", func(t *testing.T, f *fixture) { f.SetPolicy(mustPolicy(t, "testdata/policy-lookup-write.yaml")) },
+		{"rules for another tool changed", func(t *testing.T, f *fixture) { f.SetRules(mustRules(t, "testdata/policy-lookup-write.yaml")) },
 			checkCase{Principal: support, Body: callBody("refund")}, "", false},
 		{"expired", func(t *testing.T, f *fixture) { f.clock.advance(5*time.Minute + time.Second) },
 			checkCase{Principal: support, Body: callBody("refund")}, deny.SnapshotExpired, true},
@@ -456,7 +470,7 @@ func TestSameNameOnTwoServers(t *testing.T) {
 	f.list(t, support, "billing", nil)
 	f.list(t, support, "payments", nil)
 	b := f.call(t, checkCase{Principal: support, Body: callBody("refund")})
-	p := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: callBody("refund")})
+	p := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: paymentsRefund})
 	if b.reason != "" || p.reason != "" {
 		t.Fatalf("denied: billing %q, payments %q", b.reason, p.reason)
 	}
@@ -465,7 +479,7 @@ func TestSameNameOnTwoServers(t *testing.T) {
 	}
 	// payments redeploys; billing's refund is unaffected.
 	f.payments.push(t, "testdata/catalog-skip-fraud.json", nil)
-	if got := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: callBody("refund")}); got.reason != deny.SchemaDrift {
+	if got := f.call(t, checkCase{Principal: support, ServerID: "payments", Body: paymentsRefund}); got.reason != deny.SchemaDrift {
 		t.Fatalf("payments after redeploy: %q", got.reason)
 	}
 	if got := f.call(t, checkCase{Principal: support, Body: callBody("refund")}); got.reason != "" {
@@ -511,13 +525,13 @@ func TestNoMintWithoutCatalog(t *testing.T) {
 	}
 }
 
-func mustPolicy(t testing.TB, path string) *policy.Policy {
+func mustRules(t testing.TB, path string) *Rules {
 	t.Helper()
-	p, err := policy.Load(path)
+	r, err := LoadRules(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return r
 }
 
 // A denial's body must be a JSON-RPC error for the request's own id, with
@@ -643,4 +657,8 @@ func TestMetricsAndAudit(t *testing.T) {
 	if d, _ := call["snapshot_digest"].(string); len(d) != len("sha256:")+64 {
 		t.Errorf("audit snapshot_digest = %v", call["snapshot_digest"])
 	}
+}
+
+func testutilCount(f *fixture, result string) float64 {
+	return testutil.ToFloat64(f.metrics.reloads.WithLabelValues(result))
 }

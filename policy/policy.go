@@ -1,23 +1,99 @@
 // Package policy is the operator's say over which principal may call which
-// tool, and how consequential each tool is.
+// tool, how consequential each tool is, and on what terms.
 //
 // The effect class of a tool comes from here and only from here: never from
 // the model, and never from the annotations a server publishes about itself.
 // A tool the policy has not classified is denied as if it were the riskiest.
+//
+// # The file
+//
+//	lockfile: capsnap.lock          # optional approvals lockfile, relative to this file
+//	tools:                          # the operator classifies every tool
+//	  - server: billing
+//	    tool: refund
+//	    effect: money_move          # read < write < money_move < admin
+//	    capabilities: [payments.refund]
+//	    after: [lookup_order]       # must have been called (and allowed) first under the same snapshot
+//	    constraints:                # CEL over args, principal, server, tool; all must hold
+//	      - name: usd_cap_250
+//	        expr: "args.amount <= 250"
+//	        message: "refunds are capped at USD 250"
+//	principals:
+//	  - id: spiffe://acme/agent/support-refund     # exact; or id_prefix: spiffe://acme/agent/
+//	    grants:
+//	      - server: billing
+//	        tools: [refund, lookup_order]         # or ["*"]: every classified tool of billing
+//	        max_effect: money_move                # optional ceiling
+//	        capabilities: [payments.refund]       # the tags this grant confers
+//	        constraints: []                       # optional, in addition to the tools'
+//
+// Decoding is strict: an unknown key, a second YAML document, or any rule
+// that could not take effect as written (a grant of an unclassified tool, an
+// unknown or cyclic after, a constraint that does not compile to bool) is an
+// error naming the field, because a policy that loads with a typo in it
+// denies or allows something the operator did not mean.
+//
+// # Which rule applies
+//
+// A principal is decided by its exact id rule if there is one, else by the
+// longest id_prefix rule that is a prefix of it, and by that one rule only:
+// rules are never merged. Reading one rule then tells an operator everything
+// the principals it matches may do, and adding a rule for a narrower set of
+// principals replaces what a broader rule gave them instead of silently
+// adding to it.
+//
+// Within that rule the same holds for grants: a (server, tool) is decided by
+// the grant that names the tool, else by the grant of "*" on that server.
+// Naming a tool in two grants of one rule, or "*" twice for one server, is
+// an error, so that at most one grant can ever decide. The grant grants the
+// tool if and only if the tool's effect class is at most the grant's
+// max_effect (when it has one) and the tool's capability tags are a subset
+// of the grant's capabilities: a call may exercise only what was granted, and
+// a tool with no tags needs none. "*" stands for every tool the policy
+// classifies on the server, now or later; a tool the server adds stays
+// denied as unclassified until the operator classifies it.
+//
+// # Constraints
+//
+// A constraint is a CEL expression that must evaluate to true: the tool's
+// constraints and then the deciding grant's all apply. The variables are
+// args (map(string, dyn): the call's arguments as decoded from JSON, so every
+// number is a double; comparisons across int and double work, as in
+// args.amount <= 250, but arithmetic mixes no types, so write 250.0 there),
+// principal, server and tool (strings). Each expression is compiled once,
+// must type-check to bool, and is evaluated under a cost limit
+// (MaxConstraintCost). An evaluation that fails for any reason (a missing
+// argument, a wrong type, the cost limit) means the constraint does not hold:
+// constraints fail closed.
+//
+// # Sequence rules
+//
+// A tool's after lists tools of the same server that must have been called,
+// and allowed, earlier under the same snapshot. The policy validates them
+// (classified, acyclic); keeping track of the calls is the caller's job.
+//
+// # Digests
+//
+// Each allowed decision carries the digest of exactly the rules behind it:
+// the tool's rule and the deciding grant (see Decision.Digest). A snapshot
+// pins it, so editing one tool's rule drift-denies only that tool's
+// snapshots, and reordering rules in the file changes no decision digest.
+//
+// # Reloading
+//
+// Loosenings lists every way a new policy is looser than the one in force,
+// so that a hot reload cannot silently raise a cap or widen a grant.
 package policy
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"path/filepath"
+	"slices"
 
-	"github.com/gowebpki/jcs"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/deny"
@@ -55,31 +131,52 @@ func ParseEffectClass(s string) (EffectClass, error) {
 
 // File is the policy file as the operator writes it.
 type File struct {
+	// Lockfile is the approvals lockfile the policy admits tools by, if
+	// any; Load resolves it relative to the policy file.
+	Lockfile string `yaml:"lockfile,omitempty" json:"lockfile,omitempty"`
 	// Tools classifies each (server, tool) pair.
 	Tools []ToolRule `yaml:"tools" json:"tools"`
 	// Principals lists who may call what.
 	Principals []PrincipalRule `yaml:"principals" json:"principals"`
 }
 
-// ToolRule assigns one tool of one server its effect class.
+// ToolRule classifies one tool of one server and sets the terms of every
+// call to it.
 type ToolRule struct {
 	Server string `yaml:"server" json:"server"`
 	Tool   string `yaml:"tool" json:"tool"`
 	Effect string `yaml:"effect" json:"effect"`
+	// Capabilities are the tags the tool exercises; a grant must confer
+	// all of them.
+	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
+	// After names tools of the same server that must have been called,
+	// and allowed, earlier under the same snapshot.
+	After []string `yaml:"after,omitempty" json:"after,omitempty"`
+	// Constraints must all hold for a call to be allowed.
+	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
 }
 
-// PrincipalRule grants one principal (an exact SPIFFE ID or JWT subject)
-// tools on servers.
+// PrincipalRule grants the principals it matches tools on servers. Exactly
+// one of ID (a SPIFFE ID or JWT subject, matched exactly) and IDPrefix
+// (matched as a prefix) is set.
 type PrincipalRule struct {
-	ID     string  `yaml:"id" json:"id"`
-	Grants []Grant `yaml:"grants" json:"grants"`
+	ID       string  `yaml:"id,omitempty" json:"id,omitempty"`
+	IDPrefix string  `yaml:"id_prefix,omitempty" json:"id_prefix,omitempty"`
+	Grants   []Grant `yaml:"grants" json:"grants"`
 }
 
-// Grant names tools of one server; "*" grants every tool the policy
-// classifies on it now or later, and still denies tools it does not classify.
+// Grant names tools of one server, or "*" for every tool the policy
+// classifies on it now or later, and the terms it grants them under.
 type Grant struct {
 	Server string   `yaml:"server" json:"server"`
 	Tools  []string `yaml:"tools" json:"tools"`
+	// MaxEffect, when set, is the strongest effect class granted: a named
+	// tool above it is not granted.
+	MaxEffect string `yaml:"max_effect,omitempty" json:"max_effect,omitempty"`
+	// Capabilities are the tags this grant confers.
+	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
+	// Constraints apply in addition to the tool's own.
+	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
 }
 
 // Wildcard in a grant's tool list stands for every classified tool.
@@ -87,24 +184,89 @@ const Wildcard = "*"
 
 type toolKey struct{ server, tool string }
 
+func (k toolKey) String() string { return k.server + "/" + k.tool }
+
 // Policy is a validated, immutable policy. Reloading makes a new one.
 type Policy struct {
-	effects map[toolKey]EffectClass
-	// decisions holds every allowed (principal, server, tool), worked out
-	// once at load so that the per-call path is two map lookups.
-	decisions map[string]map[toolKey]Decision
-	digest    string
+	tools map[toolKey]*tool
+	// exact and prefixes hold the principal rules by id and id_prefix;
+	// prefixLens are the distinct prefix lengths, longest first, so that
+	// the longest matching prefix is found by map lookups alone.
+	exact      map[string]*principalRule
+	prefixes   map[string]*principalRule
+	prefixLens []int
+	lockfile   string
+	digest     string
 }
 
-// Decision is what the policy says about one (principal, server, tool).
+// tool is a compiled ToolRule.
+type tool struct {
+	key          toolKey
+	field        string
+	effect       EffectClass
+	capabilities []string // sorted, distinct
+	after        []string // sorted, distinct
+	constraints  []*Constraint
+}
+
+// principalRule is a compiled PrincipalRule with every decision it makes
+// worked out in advance.
+type principalRule struct {
+	name   string // "id:<id>" or "id_prefix:<prefix>"
+	field  string
+	grants []*grant
+	// outcomes holds what the rule says about every classified tool.
+	outcomes map[toolKey]*outcome
+	// allowed holds, per server, the sorted names of the tools it grants.
+	allowed map[string][]string
+}
+
+// grant is a compiled Grant.
+type grant struct {
+	field        string
+	server       string
+	wildcard     bool
+	names        []string // as written, when not a wildcard
+	maxEffect    EffectClass
+	capabilities []string // sorted, distinct
+	constraints  []*Constraint
+}
+
+// outcome is one rule's verdict on one classified tool.
+type outcome struct {
+	granted  bool
+	decision Decision
+	// grant is the grant that decided, nil when none names the tool.
+	grant *grant
+	// why says why the tool is not granted.
+	why string
+}
+
+// Decision is what the policy says about an allowed (principal, server,
+// tool). Its slices are shared with the policy and must not be modified.
 type Decision struct {
 	Effect EffectClass
-	// Digest covers exactly the rules that produced this decision, so that
-	// editing one tool's rule leaves every other tool's digest alone.
+	// Digest is the JCS SHA-256 of exactly the rules that produced this
+	// decision: the tool's rule (server, tool, effect, capabilities, after,
+	// constraints) and the deciding grant (principal rule, server, the tool
+	// name or "*", max_effect, capabilities, constraints). Editing one
+	// tool's rule leaves every other tool's digest alone.
 	Digest string
+	// Rule is the principal rule that decided: "id:<id>" or
+	// "id_prefix:<prefix>".
+	Rule string
+	// Constraints are the tool's, then the grant's, in file order; a call
+	// is allowed only if all of them hold.
+	Constraints []*Constraint
+	// After are the tools of the same server that must have been called,
+	// and allowed, earlier under the same snapshot; sorted.
+	After []string
+	// Capabilities are the tags the tool exercises; sorted.
+	Capabilities []string
 }
 
-// Load reads and validates a policy file.
+// Load reads and validates a policy file. A relative lockfile path in it is
+// resolved against the policy file's directory.
 func Load(path string) (*Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -114,10 +276,14 @@ func Load(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load policy %s: %w", path, err)
 	}
+	if p.lockfile != "" && !filepath.IsAbs(p.lockfile) {
+		p.lockfile = filepath.Join(filepath.Dir(path), p.lockfile)
+	}
 	return p, nil
 }
 
-// Parse decodes a policy strictly (unknown keys are errors) and validates it.
+// Parse decodes a policy strictly (unknown keys are errors, one document
+// only) and validates it. A lockfile path stays as written.
 func Parse(data []byte) (*Policy, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -134,141 +300,60 @@ func Parse(data []byte) (*Policy, error) {
 	return Compile(f)
 }
 
-// Compile validates a policy file and builds the policy it describes. Its
-// errors name the offending entry.
-func Compile(f File) (*Policy, error) {
-	p := &Policy{effects: map[toolKey]EffectClass{}, decisions: map[string]map[toolKey]Decision{}}
-	for i, t := range f.Tools {
-		field := fmt.Sprintf("tools[%d]", i)
-		if t.Server == "" || t.Tool == "" {
-			return nil, fmt.Errorf("%s: server and tool are required", field)
-		}
-		if t.Tool == Wildcard {
-			return nil, fmt.Errorf("%s.tool: %q cannot be classified; classify each tool", field, Wildcard)
-		}
-		c, err := ParseEffectClass(t.Effect)
-		if err != nil {
-			return nil, fmt.Errorf("%s.effect: %w", field, err)
-		}
-		k := toolKey{t.Server, t.Tool}
-		if _, dup := p.effects[k]; dup {
-			return nil, fmt.Errorf("%s: %s/%s is classified twice", field, t.Server, t.Tool)
-		}
-		p.effects[k] = c
-	}
-	for i, pr := range f.Principals {
-		field := fmt.Sprintf("principals[%d]", i)
-		if strings.TrimSpace(pr.ID) == "" {
-			return nil, fmt.Errorf("%s.id: required", field)
-		}
-		if _, dup := p.decisions[pr.ID]; dup {
-			return nil, fmt.Errorf("%s.id: %q is listed twice", field, pr.ID)
-		}
-		named := map[toolKey]bool{}
-		wildcard := map[string]bool{}
-		for j, g := range pr.Grants {
-			gfield := fmt.Sprintf("%s.grants[%d]", field, j)
-			if g.Server == "" {
-				return nil, fmt.Errorf("%s.server: required", gfield)
-			}
-			if len(g.Tools) == 0 {
-				return nil, fmt.Errorf("%s.tools: at least one tool (or %q) is required", gfield, Wildcard)
-			}
-			for _, t := range g.Tools {
-				if t == "" {
-					return nil, fmt.Errorf("%s.tools: empty tool name", gfield)
-				}
-				if t == Wildcard {
-					wildcard[g.Server] = true
-					continue
-				}
-				k := toolKey{g.Server, t}
-				// A grant of an unclassified tool would never take effect;
-				// it is almost always a typo the operator wants to hear about.
-				if _, ok := p.effects[k]; !ok {
-					return nil, fmt.Errorf("%s.tools: %s/%s is not classified under tools", gfield, g.Server, t)
-				}
-				named[k] = true
-			}
-		}
-		decisions := map[toolKey]Decision{}
-		for k, effect := range p.effects {
-			via := k.tool
-			if !named[k] {
-				if !wildcard[k.server] {
-					continue
-				}
-				via = Wildcard
-			}
-			d, err := decide(pr.ID, k, effect, via)
-			if err != nil {
-				return nil, err
-			}
-			decisions[k] = d
-		}
-		p.decisions[pr.ID] = decisions
-	}
-	canon, err := canonical(f)
-	if err != nil {
-		return nil, err
-	}
-	p.digest = digestOf(canon)
-	return p, nil
-}
-
 // Digest identifies the whole policy, for logs and the info metric.
 func (p *Policy) Digest() string { return p.digest }
 
-// Decide says whether principal may call tool on server, and under which
-// effect class and rule digest. A denial is a *deny.Error.
+// Lockfile is the approvals lockfile the policy names, "" for none.
+func (p *Policy) Lockfile() string { return p.lockfile }
+
+// Decide says whether principal may call tool on server, and on which
+// terms. A denial is a *deny.Error: deny.UnclassifiedTool for a tool the
+// policy does not classify (whoever asks), else deny.ToolNotGranted with the
+// reason in its detail. It is on every call's path, so it only looks up what
+// Compile worked out.
 func (p *Policy) Decide(principal, server, tool string) (Decision, error) {
 	k := toolKey{server, tool}
-	if _, classified := p.effects[k]; !classified {
+	if _, classified := p.tools[k]; !classified {
 		return Decision{}, deny.Errorf(deny.UnclassifiedTool, "policy assigns %s/%s no effect class", server, tool)
 	}
-	d, ok := p.decisions[principal][k]
-	if !ok {
-		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q is not granted %s/%s", principal, server, tool)
+	r := p.match(principal)
+	if r == nil {
+		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q is not granted %s/%s: no principal rule matches it", principal, server, tool)
 	}
-	return d, nil
+	o := r.outcomes[k]
+	if !o.granted {
+		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q (rule %s) is not granted %s/%s: %s", principal, r.name, server, tool, o.why)
+	}
+	return o.decision, nil
 }
 
-// decide works out one allowed decision and the digest of the rules behind
-// it: the tool's classification and the grant that admits it (named, or via
-// the wildcard).
-func decide(principal string, k toolKey, effect EffectClass, via string) (Decision, error) {
-	type grant struct {
-		Principal string `json:"principal"`
-		Server    string `json:"server"`
-		Tool      string `json:"tool"`
+// Allowed lists, sorted, the tools the principal may call on server, so a
+// denial can tell the caller what it may do instead.
+func (p *Policy) Allowed(principal, server string) []string {
+	r := p.match(principal)
+	if r == nil {
+		return nil
 	}
-	rules := struct {
-		Tool  ToolRule `json:"tool"`
-		Grant grant    `json:"grant"`
-	}{
-		Tool:  ToolRule{Server: k.server, Tool: k.tool, Effect: effect.String()},
-		Grant: grant{Principal: principal, Server: k.server, Tool: via},
-	}
-	canon, err := canonical(rules)
-	if err != nil {
-		return Decision{}, err
-	}
-	return Decision{Effect: effect, Digest: digestOf(canon)}, nil
+	return slices.Clone(r.allowed[server])
 }
 
-func canonical(v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("policy digest: %w", err)
+// match finds the one rule that decides for principal: its exact id rule,
+// else its longest matching id_prefix rule, else none.
+func (p *Policy) match(principal string) *principalRule {
+	if r, ok := p.exact[principal]; ok {
+		return r
 	}
-	out, err := jcs.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("policy digest: %w", err)
-	}
-	return out, nil
+	return p.matchPrefix(principal)
 }
 
-func digestOf(canon []byte) string {
-	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:])
+func (p *Policy) matchPrefix(principal string) *principalRule {
+	for _, n := range p.prefixLens {
+		if n > len(principal) {
+			continue
+		}
+		if r, ok := p.prefixes[principal[:n]]; ok {
+			return r
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,81 +38,218 @@ func TestLoadInvalid(t *testing.T) {
 	}
 }
 
-func TestDecide(t *testing.T) {
-	p, err := Load("testdata/valid.yaml")
+func mustLoad(t testing.TB, path string) *Policy {
+	t.Helper()
+	p, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const support, auditor = "spiffe://acme/agent/support-refund", "spiffe://acme/agent/auditor"
-	tests := []struct {
-		principal, server, tool string
-		effect                  EffectClass
-		reason                  deny.Reason
-	}{
-		{support, "billing", "refund", MoneyMove, ""},
-		{support, "billing", "lookup_order", Read, ""},
-		{auditor, "billing", "refund", MoneyMove, ""},
-		{support, "files", "read_file", 0, deny.ToolNotGranted},
-		{"spiffe://acme/agent/other", "billing", "refund", 0, deny.ToolNotGranted},
-		{support, "billing", "delete_everything", 0, deny.UnclassifiedTool},
-		{auditor, "billing", "new_tool", 0, deny.UnclassifiedTool},
-		// Same tool name on another server is another tool.
-		{support, "files", "refund", 0, deny.UnclassifiedTool},
+	return p
+}
+
+func mustParse(t testing.TB, src string) *Policy {
+	t.Helper()
+	p, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v\n%s", err, src)
 	}
+	return p
+}
+
+func TestDecide(t *testing.T) {
+	const (
+		support  = "spiffe://acme/agent/support-refund"
+		auditor  = "spiffe://acme/agent/auditor"
+		agent    = "id_prefix:spiffe://acme/agent/"
+		ops      = "id_prefix:spiffe://acme/agent/ops-"
+		readonly = "id_prefix:spiffe://acme/agent/ops-readonly"
+	)
+	tests := []struct {
+		file, principal, server, tool string
+		effect                        EffectClass
+		rule                          string
+		reason                        deny.Reason
+		detail                        string // in the denial
+	}{
+		// The minimal policy: named grants and "*".
+		{"valid", support, "billing", "refund", MoneyMove, "id:" + support, "", ""},
+		{"valid", support, "billing", "lookup_order", Read, "id:" + support, "", ""},
+		{"valid", auditor, "billing", "refund", MoneyMove, "id:" + auditor, "", ""},
+		{"valid", support, "files", "read_file", 0, "", deny.ToolNotGranted, "it is in no grant"},
+		{"valid", "spiffe://acme/agent/other", "billing", "refund", 0, "", deny.ToolNotGranted, "no principal rule matches"},
+		{"valid", support, "billing", "delete_everything", 0, "", deny.UnclassifiedTool, "billing/delete_everything no effect class"},
+		{"valid", auditor, "billing", "new_tool", 0, "", deny.UnclassifiedTool, ""},
+		// Same tool name on another server is another tool.
+		{"valid", support, "files", "refund", 0, "", deny.UnclassifiedTool, ""},
+
+		// Exact id: its rule alone applies, the prefix rule is not merged in.
+		{"decide", support, "billing", "refund", MoneyMove, "id:" + support, "", ""},
+		{"decide", support, "billing", "lookup_order", Read, "id:" + support, "", ""},
+		{"decide", support, "billing", "update_address", 0, "", deny.ToolNotGranted, "(rule id:" + support + ") is not granted billing/update_address: it is in no grant"},
+		// Capability subset: refund_large needs payments.large too.
+		{"decide", support, "billing", "refund_large", 0, "", deny.ToolNotGranted, "its grant lacks capabilities payments.large"},
+		// Prefix: the ceiling write admits read and write, not money_move.
+		{"decide", "spiffe://acme/agent/triage", "billing", "lookup_order", Read, agent, "", ""},
+		{"decide", "spiffe://acme/agent/triage", "billing", "update_address", Write, agent, "", ""},
+		{"decide", "spiffe://acme/agent/triage", "billing", "refund", 0, "", deny.ToolNotGranted, "it is money_move, above its grant's max_effect write"},
+		{"decide", "spiffe://acme/agent/triage", "billing", "purge", 0, "", deny.ToolNotGranted, "admin, above its grant's max_effect write"},
+		{"decide", "spiffe://acme/agent/", "billing", "lookup_order", Read, agent, "", ""},
+		// Longest prefix wins, and only it applies.
+		{"decide", "spiffe://acme/agent/ops-1", "billing", "refund_large", MoneyMove, ops, "", ""},
+		{"decide", "spiffe://acme/agent/ops-1", "billing", "purge", Admin, ops, "", ""},
+		{"decide", "spiffe://acme/agent/ops-1", "billing", "lookup_order", Read, ops, "", ""},
+		{"decide", "spiffe://acme/agent/ops-1", "files", "read_file", 0, "", deny.ToolNotGranted, "its grant lacks capabilities fs.read"},
+		{"decide", "spiffe://acme/agent/ops-readonly-7", "billing", "lookup_order", Read, readonly, "", ""},
+		{"decide", "spiffe://acme/agent/ops-readonly-7", "billing", "update_address", 0, "", deny.ToolNotGranted, "(rule " + readonly + ")"},
+		// An empty exact rule denies; it does not fall back to the prefix.
+		{"decide", "spiffe://acme/agent/locked", "billing", "lookup_order", 0, "", deny.ToolNotGranted, "it is in no grant"},
+		// A prefix is not a substring match, nor is it matched the other way.
+		{"decide", "spiffe://acme/agent", "billing", "lookup_order", 0, "", deny.ToolNotGranted, "no principal rule matches"},
+		{"decide", "spiffe://other/spiffe://acme/agent/x", "billing", "lookup_order", 0, "", deny.ToolNotGranted, "no principal rule matches"},
+		// Unclassified comes first, whoever asks.
+		{"decide", "spiffe://acme/agent/ops-1", "billing", "delete_everything", 0, "", deny.UnclassifiedTool, ""},
+		{"decide", "nobody", "files", "write_file", 0, "", deny.UnclassifiedTool, ""},
+	}
+	policies := map[string]*Policy{}
 	for _, tt := range tests {
+		p, ok := policies[tt.file]
+		if !ok {
+			p = mustLoad(t, "testdata/"+tt.file+".yaml")
+			policies[tt.file] = p
+		}
 		d, err := p.Decide(tt.principal, tt.server, tt.tool)
 		if tt.reason != "" {
 			de, ok := deny.As(err)
-			if !ok || de.Reason != tt.reason {
-				t.Errorf("Decide(%s, %s, %s) = %v, want %s", tt.principal, tt.server, tt.tool, err, tt.reason)
+			if !ok || de.Reason != tt.reason || !strings.Contains(de.Detail, tt.detail) {
+				t.Errorf("%s: Decide(%s, %s, %s) = %v, want %s containing %q", tt.file, tt.principal, tt.server, tt.tool, err, tt.reason, tt.detail)
 			}
 			continue
 		}
-		if err != nil || d.Effect != tt.effect || !strings.HasPrefix(d.Digest, "sha256:") {
-			t.Errorf("Decide(%s, %s, %s) = %+v, %v; want effect %v", tt.principal, tt.server, tt.tool, d, err, tt.effect)
+		if err != nil || d.Effect != tt.effect || d.Rule != tt.rule || !strings.HasPrefix(d.Digest, "sha256:") {
+			t.Errorf("%s: Decide(%s, %s, %s) = %+v, %v; want effect %v by %s", tt.file, tt.principal, tt.server, tt.tool, d, err, tt.effect, tt.rule)
 		}
 	}
 }
 
-// Editing one tool's rule must change that tool's decision digest and leave
-// every other tool's alone, or a reload would drift-deny unrelated snapshots.
-func TestDecisionDigestIsPerRule(t *testing.T) {
-	base := File{
-		Tools:      []ToolRule{{"billing", "refund", "money_move"}, {"billing", "lookup_order", "read"}},
-		Principals: []PrincipalRule{{ID: "a", Grants: []Grant{{Server: "billing", Tools: []string{"refund", "lookup_order"}}}}},
+func TestAllowed(t *testing.T) {
+	p := mustLoad(t, "testdata/decide.yaml")
+	tests := []struct {
+		principal, server string
+		want              []string
+	}{
+		{"spiffe://acme/agent/support-refund", "billing", []string{"lookup_order", "refund"}},
+		{"spiffe://acme/agent/triage", "billing", []string{"lookup_order", "update_address"}},
+		{"spiffe://acme/agent/ops-1", "billing", []string{"lookup_order", "purge", "refund", "refund_large", "update_address"}},
+		{"spiffe://acme/agent/ops-1", "files", nil},
+		{"spiffe://acme/agent/locked", "billing", nil},
+		{"nobody", "billing", nil},
 	}
-	edited := base
-	edited.Tools = []ToolRule{{"billing", "refund", "admin"}, {"billing", "lookup_order", "read"}}
-	p1, err := Compile(base)
+	for _, tt := range tests {
+		got := p.Allowed(tt.principal, tt.server)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Allowed(%s, %s) = %v, want %v", tt.principal, tt.server, got, tt.want)
+		}
+	}
+	// The result is the caller's to keep.
+	got := p.Allowed("spiffe://acme/agent/triage", "billing")
+	got[0] = "mutated"
+	if again := p.Allowed("spiffe://acme/agent/triage", "billing"); again[0] != "lookup_order" {
+		t.Errorf("Allowed shares its slice with the policy: %v", again)
+	}
+}
+
+// The seed's worked example, as testdata/seed.yaml states it.
+func TestSeedPolicy(t *testing.T) {
+	p := mustLoad(t, "testdata/seed.yaml")
+	const support, readonly = "spiffe://acme/agent/support-refund", "spiffe://acme/agent/support-readonly"
+
+	d, err := p.Decide(support, "billing", "refund")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := Compile(edited)
+	if d.Effect != MoneyMove || !slices.Equal(d.After, []string{"lookup_order"}) || !slices.Equal(d.Capabilities, []string{"payments.refund"}) {
+		t.Errorf("billing/refund decision = %+v", d)
+	}
+	var names []string
+	for _, c := range d.Constraints {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"usd_cap_250", "reason_allowlist"}) {
+		t.Errorf("constraints = %v", names)
+	}
+	check := func(args map[string]any) error {
+		for _, c := range d.Constraints {
+			if err := c.Check(Input{Args: args, Principal: support, Server: "billing", Tool: "refund"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := check(map[string]any{"order_id": "A-100", "amount": 40.0, "reason_code": "duplicate_charge"}); err != nil {
+		t.Errorf("turn 1 refund denied: %v", err)
+	}
+	if err := check(map[string]any{"order_id": "A-100", "amount": 250.01, "reason_code": "duplicate_charge"}); err == nil {
+		t.Error("USD 250.01 allowed")
+	}
+	if err := check(map[string]any{"order_id": "A-100", "amount": 40.0, "reason_code": "vip_escalation"}); err == nil {
+		t.Error("reason outside the allowlist allowed")
+	}
+
+	if got := p.Allowed(readonly, "billing"); !slices.Equal(got, []string{"lookup_order"}) {
+		t.Errorf("read-only agent may call %v", got)
+	}
+	if _, err := p.Decide(readonly, "billing", "refund"); err == nil {
+		t.Error("read-only agent may refund")
+	}
+	pd, err := p.Decide(support, "payments", "refund")
+	if err != nil || pd.Effect != MoneyMove || len(pd.Constraints) != 1 || pd.Constraints[0].Name != "usd_cap_250" {
+		t.Errorf("payments/refund = %+v, %v", pd, err)
+	}
+	if _, err := p.Decide(readonly, "payments", "refund"); err == nil {
+		t.Error("read-only agent may refund through payments")
+	}
+	if w := Lint(p); len(w) != 0 {
+		t.Errorf("the seed policy has lint warnings: %q", w)
+	}
+}
+
+func TestDecisionTerms(t *testing.T) {
+	p := mustParse(t, `
+tools:
+  - {server: s, tool: a, effect: read}
+  - {server: s, tool: b, effect: read}
+  - server: s
+    tool: t
+    effect: write
+    capabilities: [z.cap, a.cap, z.cap]
+    after: [b, a, b]
+    constraints:
+      - {name: one, expr: "true"}
+      - {name: two, expr: "true"}
+principals:
+  - id: p
+    grants:
+      - server: s
+        tools: [t]
+        capabilities: [a.cap, z.cap]
+        constraints:
+          - {name: three, expr: "true"}
+          - {name: one, expr: "tool == 't'"}
+`)
+	d, err := p.Decide("p", "s", "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, _ := p1.Decide("a", "billing", "refund")
-	r2, _ := p2.Decide("a", "billing", "refund")
-	l1, _ := p1.Decide("a", "billing", "lookup_order")
-	l2, _ := p2.Decide("a", "billing", "lookup_order")
-	if r1.Digest == r2.Digest {
-		t.Error("refund's digest did not change when its rule did")
+	var names []string
+	for _, c := range d.Constraints {
+		names = append(names, c.Name+"="+c.Expr)
 	}
-	if l1.Digest != l2.Digest {
-		t.Error("lookup_order's digest changed when only refund's rule did")
+	// The tool's, then the grant's, each in file order.
+	if want := []string{"one=true", "two=true", "three=true", "one=tool == 't'"}; !slices.Equal(names, want) {
+		t.Errorf("constraints = %v, want %v", names, want)
 	}
-	if p1.Digest() == p2.Digest() {
-		t.Error("whole-policy digest did not change")
-	}
-	// Rule order in the file is not part of the contract.
-	reordered := base
-	reordered.Tools = []ToolRule{base.Tools[1], base.Tools[0]}
-	p3, err := Compile(reordered)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r3, _ := p3.Decide("a", "billing", "refund"); r3.Digest != r1.Digest {
-		t.Error("reordering rules changed a decision digest")
+	if !slices.Equal(d.After, []string{"a", "b"}) || !slices.Equal(d.Capabilities, []string{"a.cap", "z.cap"}) || d.Rule != "id:p" {
+		t.Errorf("decision = %+v", d)
 	}
 }
 
@@ -127,5 +265,38 @@ func TestEffectClassOrder(t *testing.T) {
 			t.Fatalf("%s: class %d not above %d or String %q", n, c, prev, c.String())
 		}
 		prev = c
+	}
+	if _, err := ParseEffectClass("Read"); err == nil {
+		t.Error("effect classes are case-sensitive names")
+	}
+	if EffectClass(0).String() != "unclassified" {
+		t.Error("the zero class must read as unclassified")
+	}
+}
+
+func TestLockfilePath(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, lockfile string) string {
+		path := filepath.Join(dir, name)
+		src := "tools: []\n"
+		if lockfile != "" {
+			src = "lockfile: " + lockfile + "\n" + src
+		}
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if got := mustLoad(t, write("rel.yaml", "capsnap.lock")).Lockfile(); got != filepath.Join(dir, "capsnap.lock") {
+		t.Errorf("relative lockfile resolved to %q", got)
+	}
+	if got := mustLoad(t, write("abs.yaml", "/etc/capsnap/capsnap.lock")).Lockfile(); got != "/etc/capsnap/capsnap.lock" {
+		t.Errorf("absolute lockfile became %q", got)
+	}
+	if got := mustLoad(t, write("none.yaml", "")).Lockfile(); got != "" {
+		t.Errorf("no lockfile reads as %q", got)
+	}
+	if got := mustParse(t, "lockfile: capsnap.lock\ntools: []\n").Lockfile(); got != "capsnap.lock" {
+		t.Errorf("Parse changed the lockfile path to %q", got)
 	}
 }

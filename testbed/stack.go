@@ -67,6 +67,13 @@ type StackOptions struct {
 	SnapshotTTL time.Duration
 	// AllowStaleReads is capsnap's catalog.allow_stale_reads.
 	AllowStaleReads bool
+	// EnvoyYAML, if set, is the Envoy configuration to run, already
+	// rendered for Ports (MTLSEnvoyConfig, JWTEnvoyConfig); nil runs
+	// EnvoyConfig(Ports).
+	EnvoyYAML []byte
+	// Principal, if set, is capsnap's principal section as a YAML flow
+	// mapping, e.g. "{source: mtls}"; empty trusts the development header.
+	Principal string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -101,7 +108,11 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, "capsnap.yaml"), []byte(s.capsnapConfig()), 0o600); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "envoy.yaml"), EnvoyConfig(o.Ports), 0o600); err != nil {
+	envoyYAML := o.EnvoyYAML
+	if envoyYAML == nil {
+		envoyYAML = EnvoyConfig(o.Ports)
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "envoy.yaml"), envoyYAML, 0o600); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
 
@@ -165,11 +176,14 @@ func (s *Stack) capsnapConfig() string {
 	if ttl == 0 {
 		ttl = 5 * time.Minute
 	}
+	principal := "# Development only: the demo has no mTLS, so the client names itself.\nprincipal: {source: header, insecure_header: true}"
+	if s.opts.Principal != "" {
+		principal = "principal: " + s.opts.Principal
+	}
 	return fmt.Sprintf(`grpc_addr: %s
 admin_addr: %s
 policy_file: policy.yaml
-# Development only: the demo has no mTLS, so the client names itself.
-principal: {source: header, insecure_header: true}
+%s
 servers:
   - id: billing
     url: %s/mcp
@@ -180,7 +194,7 @@ servers:
 snapshots: {ttl: %s}
 catalog: {max_age: 10s, allow_stale_reads: %t}
 log: {level: info, format: json}
-`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
+`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), principal, s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
 }
 
 // StartCapsnap (re)starts capsnap and waits until its catalog is ready.
@@ -202,6 +216,13 @@ func (s *Stack) RouteURL(id string) string {
 
 // ServerURL is server id itself, bypassing Envoy.
 func (s *Stack) ServerURL(id string) string { return "http://" + s.serverAddr(id) }
+
+// Dir holds the stack's generated files: capsnap.yaml, policy.yaml,
+// envoy.yaml.
+func (s *Stack) Dir() string { return s.opts.Dir }
+
+// AdminAddr is capsnap's admin listener address.
+func (s *Stack) AdminAddr() string { return addr(s.opts.Ports.Admin) }
 
 // GRPCAddr is capsnap's ext_authz and health address.
 func (s *Stack) GRPCAddr() string { return addr(s.opts.Ports.GRPC) }
@@ -278,14 +299,16 @@ const readyTimeout = 30 * time.Second
 // ReloadPolicy replaces capsnap's policy file and sends it SIGHUP, then
 // waits until capsnap reports the reload (or its refusal).
 func (s *Stack) ReloadPolicy(ctx context.Context, policy []byte) error {
-	if err := os.WriteFile(filepath.Join(s.opts.Dir, "policy.yaml"), policy, 0o600); err != nil {
-		return fmt.Errorf("reload policy: %w", err)
-	}
 	count := func() int {
 		out := s.Capsnap.Output()
 		return strings.Count(out, `"message":"policy reloaded"`) + strings.Count(out, "policy reload refused")
 	}
+	// Counted before the write: capsnap's file poller may see the change
+	// before the signal does, and only one of them then reports it.
 	before := count()
+	if err := os.WriteFile(filepath.Join(s.opts.Dir, "policy.yaml"), policy, 0o600); err != nil {
+		return fmt.Errorf("reload policy: %w", err)
+	}
 	if err := s.Capsnap.Signal(syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload policy: %w", err)
 	}

@@ -4,6 +4,7 @@
 //	capsnap serve --config FILE     run the server
 //	capsnap check --config FILE     validate the config and policy, then exit
 //	capsnap digest FILE             print each tool's schema digest
+//	capsnap policy lint|explain|reload   work with the policy
 //	capsnap version                 print the version
 package main
 
@@ -37,6 +38,12 @@ const usage = `usage:
   capsnap serve --config FILE   run the ext_authz server
   capsnap check --config FILE   validate config and policy, then exit
   capsnap digest FILE           print "<name> sha256:<hex>" for each tool in a tools/list result
+  capsnap lock --config FILE [--out PATH] [--check] [--timeout 30s]   write (or --check) the approvals lockfile
+  capsnap policy lint FILE      check a policy file
+  capsnap policy explain --policy FILE --principal P --server S --tool T [--args JSON]
+                                print the decision and why
+  capsnap policy reload [--admin ADDR] [--allow-loosening]
+                                ask a running capsnap to reload its policy
   capsnap version               print the version
 `
 
@@ -53,6 +60,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = checkCmd(args[1:], stdout, stderr)
 	case "digest":
 		err = digestCmd(args[1:], stdout, stderr)
+	case "lock":
+		err = lockCmd(args[1:], stdout, stderr)
+	case "policy":
+		err = policyCmd(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "capsnap", versionString())
 		return exitOK

@@ -30,7 +30,6 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/mcpparse"
-	"github.com/capsnap/capsnap/policy"
 )
 
 // shutdownGrace bounds how long in-flight Checks may take to finish.
@@ -45,14 +44,14 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := policy.Load(cfg.PolicyFile)
+	rules, err := extauthz.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
 	if _, err := sources(cfg, zerolog.Nop()); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), p.Digest())
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
 	return nil
 }
 
@@ -68,7 +67,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	audit := zerolog.New(stdout).With().Timestamp().Str("log", "audit").Logger()
 
-	pol, err := policy.Load(cfg.PolicyFile)
+	rules, err := extauthz.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
@@ -94,16 +93,17 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer store.Close()
 	srv, err = extauthz.New(extauthz.Options{
-		Catalog:     cat,
-		Servers:     cat.Servers(),
-		Policy:      pol,
-		Snapshots:   store,
-		SnapshotTTL: cfg.Snapshots.TTL,
-		Freshness:   cfg.Catalog,
-		Principal:   cfg.Principal,
-		Limits:      mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
-		Audit:       audit,
-		Metrics:     extauthz.NewMetrics(reg),
+		Catalog:          cat,
+		Servers:          cat.Servers(),
+		Rules:            rules,
+		ListAllowedTools: cfg.Denials.ListAllowedTools,
+		Snapshots:        store,
+		SnapshotTTL:      cfg.Snapshots.TTL,
+		Freshness:        cfg.Catalog,
+		Principal:        cfg.Principal,
+		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
+		Audit:            audit,
+		Metrics:          extauthz.NewMetrics(reg),
 	})
 	if err != nil {
 		return err
@@ -122,7 +122,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	authv3.RegisterAuthorizationServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	admin := &http.Server{Handler: adminMux(cat, reg), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, log), ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, stop := signalContext()
 	defer stop()
@@ -136,6 +136,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
+	g.Go(func() error { srv.WatchPolicy(ctx, cfg.PolicyFile, cfg.PolicyPoll, log); return nil })
 	g.Go(func() error {
 		<-ctx.Done()
 		hs.Shutdown()
@@ -154,15 +155,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	log.Info().Str("grpc_addr", cfg.GRPCAddr).Str("admin_addr", cfg.AdminAddr).
-		Str("policy_digest", pol.Digest()).Str("version", versionString()).Msg("capsnap serving")
+		Str("policy_digest", rules.Policy.Digest()).Str("version", versionString()).Msg("capsnap serving")
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }
 
-// reloadOnHUP reloads the policy on SIGHUP. An invalid policy keeps the
-// last good one: a reload never fails open.
+// reloadOnHUP reloads the policy on SIGHUP, never loosening it.
 func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zerolog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -172,19 +172,33 @@ func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zer
 		case <-ctx.Done():
 			return
 		case <-hup:
-			p, err := policy.Load(path)
-			if err != nil {
-				log.Error().Err(err).Msg("policy reload refused; keeping the last good policy")
-				continue
-			}
-			srv.SetPolicy(p)
-			log.Info().Str("policy_digest", p.Digest()).Msg("policy reloaded")
+			extauthz.LogReload(log, "SIGHUP", path, srv)
 		}
 	}
 }
 
-func adminMux(cat *catalog.Catalog, reg *prometheus.Registry) *http.ServeMux {
+func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Server, policyFile string, log zerolog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
+	// The one way to loosen the policy in force: an explicit request on
+	// the admin listener (loopback by default), logged with its result.
+	mux.HandleFunc("POST /policy/reload", func(w http.ResponseWriter, r *http.Request) {
+		loosen := r.URL.Query().Get("allow_loosening") == "true"
+		result, err := srv.Reload(policyFile, loosen)
+		ev := log.Info()
+		if err != nil {
+			ev = log.Error().Err(err)
+		}
+		ev.Str("trigger", "admin").Bool("allow_loosening", loosen).Str("result", result).Msg("policy reload requested")
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusConflict)
+		}
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"result": result, "error": msg})
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -1,7 +1,8 @@
 // Command demo walks a newcomer through capsnap's decisions: it starts two
 // MCP servers (billing and payments), capsnap and a real Envoy on the demo
 // ports, then acts as agents on the official MCP Go SDK and prints each
-// decision and why, through the seed's worked refund example and its
+// decision and why, through the seed's worked refund example, its policy
+// (a USD 250 cap, a reason allowlist, refund only after lookup) and its
 // drift denial.
 package main
 
@@ -92,9 +93,17 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	epoch := agent.Epoch()
 	fmt.Printf("  capsnap minted snapshot %s (x-capsnap-epoch) pinning refund at %s\n", epoch, short(digest("baseline")))
 
-	step("Turn 1: refund order A-100, USD 40, duplicate_charge")
+	step("The policy says refund only after lookup_order: a premature refund")
+	call(ctx, cs, "refund", refundA100)
+
+	step("Turn 1: look order A-100 up, then refund it, USD 40, duplicate_charge")
+	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
 	call(ctx, cs, "refund", refundA100)
 	fmt.Printf("  billing's refund handler has started %d time(s)\n", starts(ctx, s))
+
+	step("The policy caps a refund at USD 250 and allowlists reason codes")
+	call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 250.01, "reason_code": "duplicate_charge"})
+	call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "goodwill"})
 
 	step("Attack mid-turn: billing redeploys refund with skip_fraud_check; list_changed fires")
 	if err := s.Redeploy(ctx, "billing", billing.SkipFraudCheck); err != nil {
@@ -117,6 +126,7 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 		return fmt.Errorf("tools/list: %w", err)
 	}
 	fmt.Printf("  new snapshot %s\n", agent.Epoch())
+	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
 	call(ctx, cs, "refund", refundA100)
 
 	step("Another agent replays the support agent's snapshot")

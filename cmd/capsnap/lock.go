@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/capsnap/capsnap/catalog"
+	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/lockfile"
+	"github.com/capsnap/capsnap/policy"
+)
+
+// defaultLockfile is the lockfile's name beside the config when the policy
+// names none.
+const defaultLockfile = "capsnap.lock"
+
+// lockCmd writes the approvals lockfile from the live servers (as capsnap
+// itself sees them, through the same sources serve uses), or with --check
+// compares the live servers with it, exiting 1 with the differences.
+func lockCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lock", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration file (YAML)")
+	out := fs.String("out", "", "lockfile to write, or with --check to compare with (default: the policy's lockfile, else "+defaultLockfile+" beside the config)")
+	check := fs.Bool("check", false, "compare the live tools with the lockfile instead of writing it; exit 1 when they differ")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long every server has to list its tools")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{"lock: " + err.Error()}
+	}
+	if *configPath == "" || fs.NArg() != 0 {
+		return usageError{"lock: --config FILE is required; no other arguments"}
+	}
+	if *timeout <= 0 {
+		return usageError{fmt.Sprintf("lock: --timeout %s is not positive", *timeout)}
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	path := *out
+	if path == "" {
+		// The policy only says where the lockfile is; it is not loaded
+		// with it, so that the first lock can run before the file exists.
+		p, err := policy.Load(cfg.PolicyFile)
+		if err != nil {
+			return err
+		}
+		if path = p.Lockfile(); path == "" {
+			path = filepath.Join(filepath.Dir(*configPath), defaultLockfile)
+		}
+	}
+
+	var locked *lockfile.Lock
+	if *check {
+		// Before asking any server: a missing lockfile needs no wait.
+		if locked, err = lockfile.Load(path); err != nil {
+			return err
+		}
+	}
+
+	ctx, stop := signalContext()
+	defer stop()
+	live, err := liveTools(ctx, cfg, *timeout)
+	if err != nil {
+		return err
+	}
+	if !*check {
+		if err := lockfile.Write(path, live); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s: %s from %s\n", path, countOf(len(live), "tool"), countOf(len(cfg.Servers), "server"))
+		return nil
+	}
+	changes := lockfile.Diff(locked.Entries(), live)
+	if len(changes) == 0 {
+		fmt.Fprintf(stdout, "lockfile up to date: %s approves the %s live\n", path, countOf(len(live), "tool"))
+		return nil
+	}
+	for _, c := range changes {
+		fmt.Fprintln(stdout, c)
+	}
+	return fmt.Errorf("lock --check: %s does not match the live tools (%s); review them and run capsnap lock", path, countOf(len(changes), "change"))
+}
+
+// countOf is "1 tool", "2 tools".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// liveTools runs the catalog until every server has listed its tools once,
+// then stops it and returns every tool. It gives up after timeout, naming
+// each server that has not listed and why.
+func liveTools(ctx context.Context, cfg config.Config, timeout time.Duration) ([]lockfile.Entry, error) {
+	srcs, err := sources(cfg, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu      sync.Mutex
+		pending = make(map[string]bool, len(srcs))
+		synced  = make(chan struct{})
+	)
+	for id := range srcs {
+		pending[id] = true
+	}
+	cat := catalog.New(srcs, catalog.Options{OnChange: func(id string, _, _ *catalog.List, _ []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if pending[id] {
+			delete(pending, id)
+			if len(pending) == 0 {
+				close(synced)
+			}
+		}
+	}})
+
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cat.Run(rctx) }()
+	var runErr error
+	select {
+	case <-synced:
+		cancel()
+		runErr = <-done
+	case <-rctx.Done():
+		runErr = <-done
+	case runErr = <-done:
+	}
+	if runErr != nil {
+		return nil, fmt.Errorf("lock: %w", runErr)
+	}
+
+	var (
+		entries  []lockfile.Entry
+		unsynced []string
+	)
+	for _, id := range cat.Servers() {
+		list, st, err := cat.Lookup(id)
+		if err != nil {
+			msg := fmt.Sprintf("server %q did not list its tools within %s", id, timeout)
+			if st.LastError != nil {
+				msg += ": " + st.LastError.Error()
+			}
+			unsynced = append(unsynced, msg)
+			continue
+		}
+		for _, t := range list.Tools {
+			entries = append(entries, lockfile.Entry{ServerID: id, Tool: t.Name, Digest: t.Digest, Definition: t.Definition})
+		}
+	}
+	switch {
+	case len(unsynced) == 0:
+		return entries, nil
+	case ctx.Err() != nil:
+		return nil, errors.New("lock: interrupted")
+	default:
+		return nil, fmt.Errorf("lock: %s", strings.Join(unsynced, "; "))
+	}
+}

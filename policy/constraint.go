@@ -1,0 +1,203 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
+
+	"github.com/capsnap/capsnap/deny"
+)
+
+// MaxConstraintCost bounds the CEL cost of evaluating one constraint (about
+// one unit per operation, more for work over strings and lists), so that
+// neither a hostile policy nor hostile arguments can make a Check slow. An
+// ordinary limit or allowlist costs well under 100; evaluation stops, and the
+// constraint fails, past this.
+const MaxConstraintCost = 10_000
+
+// Constraint is a named CEL expression over a call that must evaluate to
+// true. In a File it is only text; Compile returns compiled ones.
+type Constraint struct {
+	Name string `yaml:"name" json:"name"`
+	Expr string `yaml:"expr" json:"expr"`
+	// Message, when set, is shown to a caller the constraint denies.
+	Message string `yaml:"message,omitempty" json:"message,omitempty"`
+
+	prog  cel.Program
+	field string
+	// argFields are the args.X fields the expression reads outright
+	// (not under has()), for Lint.
+	argFields []string
+}
+
+// Input is what a constraint is evaluated over.
+type Input struct {
+	// Args are the call's arguments as encoding/json decodes them into a
+	// map[string]any: numbers are float64, objects map[string]any, arrays
+	// []any. nil is no arguments.
+	Args      map[string]any
+	Principal string
+	Server    string
+	Tool      string
+}
+
+// celEnv declares the variables a constraint may use. Building it is
+// costly, and it is immutable, so there is one.
+var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("principal", cel.StringType),
+		cel.Variable("server", cel.StringType),
+		cel.Variable("tool", cel.StringType),
+		// Arguments arrive as JSON, where every number is a double; this
+		// lets args.amount <= 250 compare a double with an int literal.
+		cel.CrossTypeNumericComparisons(true),
+	)
+})
+
+func compileConstraints(field string, cs []Constraint) ([]*Constraint, error) {
+	out := make([]*Constraint, 0, len(cs))
+	seen := map[string]bool{}
+	for i, c := range cs {
+		cf := fmt.Sprintf("%s[%d]", field, i)
+		if strings.TrimSpace(c.Name) == "" {
+			return nil, fmt.Errorf("%s.name: required", cf)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("%s.name: %q is used twice", cf, c.Name)
+		}
+		seen[c.Name] = true
+		if strings.TrimSpace(c.Expr) == "" {
+			return nil, fmt.Errorf("%s.expr: required", cf)
+		}
+		compiled, err := compileConstraint(c)
+		if err != nil {
+			return nil, fmt.Errorf("%s.expr: %w", cf, err)
+		}
+		compiled.field = cf
+		out = append(out, compiled)
+	}
+	return out, nil
+}
+
+func compileConstraint(c Constraint) (*Constraint, error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cel environment: %w", err)
+	}
+	checked, iss := env.Compile(c.Expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	// A constraint of type dyn could be true, false or something else
+	// only at run time; require the operator to say what holds.
+	if t := checked.OutputType(); !t.IsExactType(cel.BoolType) {
+		return nil, fmt.Errorf("%q is of type %s, want bool (compare explicitly, e.g. args.flag == true)", c.Expr, t)
+	}
+	prog, err := env.Program(checked,
+		cel.CostLimit(MaxConstraintCost),
+		// Folds constants, e.g. turns "x in [...]" into a set lookup.
+		cel.EvalOptions(cel.OptOptimize),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &Constraint{Name: c.Name, Expr: c.Expr, Message: c.Message, prog: prog, argFields: argFields(checked)}, nil
+}
+
+// argFields lists the fields of args an expression reads without ever
+// testing them with has(): those that make it fail on a call without them.
+func argFields(checked *cel.Ast) []string {
+	var read []string
+	tested := map[string]bool{}
+	celast.PreOrderVisit(checked.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() != celast.SelectKind {
+			return
+		}
+		s := e.AsSelect()
+		if s.Operand().Kind() != celast.IdentKind || s.Operand().AsIdent() != "args" {
+			return
+		}
+		if s.IsTestOnly() {
+			tested[s.FieldName()] = true
+			return
+		}
+		read = append(read, s.FieldName())
+	}))
+	read = slices.DeleteFunc(read, func(f string) bool { return tested[f] })
+	slices.Sort(read)
+	return slices.Compact(read)
+}
+
+// Check evaluates the constraint over in: nil if it holds, else a
+// *deny.Error with deny.ConstraintViolation naming the constraint. An
+// evaluation that fails (a missing argument, a wrong type, the cost limit)
+// is a violation too: constraints fail closed.
+func (c *Constraint) Check(in Input) error {
+	holds, err := c.eval(in)
+	switch {
+	case err != nil:
+		return deny.Errorf(deny.ConstraintViolation, "constraint %q could not be evaluated (%v), so it does not hold%s", c.Name, err, c.because())
+	case !holds:
+		return deny.Errorf(deny.ConstraintViolation, "constraint %q does not hold%s", c.Name, c.because())
+	}
+	return nil
+}
+
+// eval says whether the constraint holds for in, or why it could not tell.
+func (c *Constraint) eval(in Input) (bool, error) {
+	if c.prog == nil {
+		return false, errors.New("never compiled")
+	}
+	out, _, err := c.prog.Eval(activation{in: &in})
+	if err != nil {
+		var cancelled interpreter.EvalCancelledError
+		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
+			return false, fmt.Errorf("cost limit %d exceeded", MaxConstraintCost)
+		}
+		return false, err
+	}
+	return out == types.True, nil
+}
+
+// because is what a denial tells the caller about the constraint: its
+// message, or else its expression.
+func (c *Constraint) because() string {
+	if c.Message != "" {
+		return ": " + c.Message
+	}
+	return ": " + c.Expr
+}
+
+// activation hands CEL the call's variables without building a map per
+// evaluation.
+type activation struct{ in *Input }
+
+// noArgs stands in for nil Args: CEL then sees an empty map, never null.
+var noArgs = map[string]any{}
+
+func (a activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "args":
+		if a.in.Args == nil {
+			return noArgs, true
+		}
+		return a.in.Args, true
+	case "principal":
+		return a.in.Principal, true
+	case "server":
+		return a.in.Server, true
+	case "tool":
+		return a.in.Tool, true
+	}
+	return nil, false
+}
+
+func (activation) Parent() interpreter.Activation { return nil }

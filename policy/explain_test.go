@@ -1,0 +1,76 @@
+package policy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestExplain(t *testing.T) {
+	p := mustLoad(t, "testdata/seed.yaml")
+	d, err := p.Decide("spiffe://acme/agent/support-refund", "billing", "refund")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const support = "spiffe://acme/agent/support-refund"
+	tests := []struct {
+		name                    string
+		principal, server, tool string
+		args                    map[string]any
+		want                    []string // each must be a line, in this order
+	}{
+		{"allowed", support, "billing", "refund", map[string]any{"amount": 40.0, "reason_code": "damaged"}, []string{
+			`principal "spiffe://acme/agent/support-refund" is decided by rule id:spiffe://acme/agent/support-refund (principals[0])`,
+			"billing/refund is money_move (tools[1]) and exercises capabilities payments.refund",
+			`granted by principals[0].grants[0]: "refund" on billing, max_effect money_move, confers capabilities payments.refund`,
+			`constraint "usd_cap_250" (tools[1].constraints[0]): args.amount <= 250: holds`,
+			`constraint "reason_allowlist" (tools[1].constraints[1]): args.reason_code in ['duplicate_charge', 'not_received', 'damaged']: holds`,
+			"after: only once lookup_order has been called, and allowed, under the same snapshot",
+			"decision digest " + d.Digest,
+			"allowed, if the sequence rule is met",
+		}},
+		{"over the cap, reason missing", support, "billing", "refund", map[string]any{"amount": 250.01}, []string{
+			`constraint "usd_cap_250" (tools[1].constraints[0]): args.amount <= 250: DOES NOT HOLD: refunds are capped at USD 250 per call`,
+			`constraint "reason_allowlist" (tools[1].constraints[1]): args.reason_code in ['duplicate_charge', 'not_received', 'damaged']: DOES NOT HOLD, its evaluation failed (no such key: reason_code): reason_code must be duplicate_charge, not_received or damaged`,
+			"denied (constraint_violation): usd_cap_250, reason_allowlist",
+		}},
+		{"no arguments", support, "billing", "refund", nil, []string{
+			`constraint "usd_cap_250" (tools[1].constraints[0]): args.amount <= 250: not evaluated, no arguments given`,
+			"granted; its constraints decide each call",
+		}},
+		{"read tool", support, "billing", "lookup_order", nil, []string{
+			"billing/lookup_order is read (tools[0]) and exercises no capabilities",
+			"no constraints",
+			"no sequence rule",
+			"allowed",
+		}},
+		{"not granted", "spiffe://acme/agent/support-readonly", "billing", "refund", nil, []string{
+			`principal "spiffe://acme/agent/support-readonly" is decided by rule id:spiffe://acme/agent/support-readonly (principals[1])`,
+			"denied (tool_not_granted): it is in no grant",
+		}},
+		{"no rule", "spiffe://acme/agent/other", "billing", "lookup_order", nil, []string{
+			`principal "spiffe://acme/agent/other" matches no principal rule`,
+			"denied (tool_not_granted): no principal rule matches",
+		}},
+		{"unclassified", support, "billing", "delete_everything", nil, []string{
+			"billing/delete_everything is not classified, so it has no effect class: denied (unclassified_tool)",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := p.Explain(tt.principal, tt.server, tt.tool, tt.args)
+			at := 0
+			for _, w := range tt.want {
+				i := slices.Index(got[at:], w)
+				if i < 0 {
+					t.Fatalf("no line %q (in order) in:\n%s", w, strings.Join(got, "\n"))
+				}
+				at += i + 1
+			}
+		})
+	}
+	ceiling := mustLoad(t, "testdata/decide.yaml").Explain("spiffe://acme/agent/triage", "billing", "refund", nil)
+	if last := ceiling[len(ceiling)-1]; last != "denied (tool_not_granted): it is money_move, above its grant's max_effect write (principals[1].grants[0])" {
+		t.Errorf("ceiling denial explained as %q", last)
+	}
+}

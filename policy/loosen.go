@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Loosenings lists, sorted, every way next is looser than old; none means
+// next allows nothing old did not, on no looser terms. It is what refuses a
+// hot reload that would silently raise a cap or widen a grant. Counted as
+// loosening:
+//
+//   - a principal who may call a (server, tool) under next but not under
+//     old: a new grant or principal rule, a higher max_effect, more granted
+//     capabilities, fewer capabilities required, a newly classified tool
+//     under "*", or a rule removed so that a broader one now decides;
+//   - a tool's effect class lowered;
+//   - for a call allowed under both, a constraint of old missing from next
+//     or changed in any way (any edit of an expression or message counts:
+//     whether "<= 300" is looser than "<= 250" is not decided by reading
+//     CEL), or an after requirement dropped;
+//   - the lockfile removed or pointing elsewhere.
+//
+// Tightening (a grant, rule or tool removed, a constraint added, a lower
+// ceiling) is not loosening.
+func Loosenings(old, next *Policy) []string {
+	var out []string
+	switch {
+	case old.lockfile == "":
+	case next.lockfile == "":
+		out = append(out, fmt.Sprintf("lockfile: removed (was %s)", old.lockfile))
+	case next.lockfile != old.lockfile:
+		out = append(out, fmt.Sprintf("lockfile: now %s (was %s)", next.lockfile, old.lockfile))
+	}
+	for k, ot := range old.tools {
+		if nt, ok := next.tools[k]; ok && nt.effect < ot.effect {
+			out = append(out, fmt.Sprintf("%s: effect class lowered from %s to %s", k, ot.effect, nt.effect))
+		}
+	}
+	for _, w := range witnesses(old, next) {
+		oldRule, nextRule := w.resolve(old), w.resolve(next)
+		if nextRule == nil {
+			continue
+		}
+		for k, no := range nextRule.outcomes {
+			if !no.granted {
+				continue
+			}
+			before := "no principal rule matched"
+			var oo *outcome
+			if oldRule != nil {
+				if oo = oldRule.outcomes[k]; oo == nil {
+					before = "the tool was not classified"
+				} else {
+					before = oldRule.name + ": " + oo.why
+				}
+			}
+			if oo == nil || !oo.granted {
+				out = append(out, fmt.Sprintf("%s: may now call %s under %s (before, %s)", w.label, k, nextRule.name, before))
+				continue
+			}
+			for _, s := range looserTerms(oo.decision, no.decision) {
+				out = append(out, fmt.Sprintf("%s: %s: %s", w.label, k, s))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// looserTerms lists how the terms of an allowed call got looser.
+func looserTerms(old, next Decision) []string {
+	var out []string
+	for _, c := range old.Constraints {
+		if slices.ContainsFunc(next.Constraints, c.same) {
+			continue
+		}
+		i := slices.IndexFunc(next.Constraints, func(n *Constraint) bool { return n.Name == c.Name })
+		switch {
+		case i < 0:
+			out = append(out, fmt.Sprintf("constraint %q (%s) removed", c.Name, c.Expr))
+		case next.Constraints[i].Expr != c.Expr:
+			out = append(out, fmt.Sprintf("constraint %q changed from %q to %q", c.Name, c.Expr, next.Constraints[i].Expr))
+		default:
+			out = append(out, fmt.Sprintf("constraint %q message changed from %q to %q", c.Name, c.Message, next.Constraints[i].Message))
+		}
+	}
+	for _, a := range old.After {
+		if !slices.Contains(next.After, a) {
+			out = append(out, fmt.Sprintf("no longer requires %s first", a))
+		}
+	}
+	return out
+}
+
+func (c *Constraint) same(o *Constraint) bool {
+	return c.Name == o.Name && c.Expr == o.Expr && c.Message == o.Message
+}
+
+// A witness stands for a set of principals that every rule of two policies
+// treats alike, so that comparing the policies for each witness compares
+// them for every principal there is.
+//
+// An exact id of either policy is its own witness. Every other principal is
+// decided, in each policy, by its longest matching id_prefix; if q is the
+// longest prefix of either policy that matches it, that is the longest
+// prefix of q in each policy, so q stands for all of them (such principals
+// always exist: q followed by anything no longer prefix begins with). A
+// principal that no prefix matches has no rule under either policy.
+type witness struct {
+	label  string
+	id     string // set for an exact id
+	prefix string // set for a prefix region
+}
+
+func (w witness) resolve(p *Policy) *principalRule {
+	if w.id != "" {
+		return p.match(w.id)
+	}
+	return p.matchPrefix(w.prefix)
+}
+
+func witnesses(old, next *Policy) []witness {
+	var out []witness
+	seen := map[witness]bool{}
+	add := func(w witness) {
+		if !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	for _, p := range []*Policy{old, next} {
+		for id := range p.exact {
+			add(witness{label: fmt.Sprintf("principal %q", id), id: id})
+		}
+		for prefix := range p.prefixes {
+			add(witness{label: fmt.Sprintf("principals under %q", prefix), prefix: prefix})
+		}
+	}
+	return out
+}
