@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -110,6 +111,9 @@ type Memory struct {
 	mu      sync.Mutex
 	changed map[[2]string]uint64
 	retain  time.Duration
+	// held counts the snapshots in the store, expired ones retained for
+	// snapshot_expired included.
+	held atomic.Int64
 	now     func() time.Time
 }
 
@@ -141,8 +145,11 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
+	m := &Memory{changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}
 	snaps, err := ristretto.NewCache(&ristretto.Config[string, *Snapshot]{
 		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64,
+		// Expiry and eviction both come through here.
+		OnEvict: func(*ristretto.Item[*Snapshot]) { m.held.Add(-1) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
@@ -159,7 +166,8 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	return &Memory{pins: pins, snapshots: snaps, latest: latest, calls: calls, changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}, nil
+	m.pins, m.snapshots, m.latest, m.calls = pins, snaps, latest, calls
+	return m, nil
 }
 
 // pinsPerSnapshot sizes the pin cache: the typical number of tools a
@@ -195,6 +203,7 @@ func (m *Memory) Put(s *Snapshot) error {
 	if _, ok := m.snapshots.Get(s.Epoch); !ok {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
 	}
+	m.held.Add(1)
 	m.latest.SetWithTTL(latestKey(s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
 	m.latest.Wait()
 	return nil
@@ -222,6 +231,10 @@ func latestKey(principal, serverID, session string) string {
 func (m *Memory) Pinned(k Key) (Pin, bool) {
 	return m.pins.Get(k.String())
 }
+
+// Held is how many snapshots the store holds now, for the
+// capsnap_snapshots_active gauge.
+func (m *Memory) Held() int64 { return m.held.Load() }
 
 // Invalidate implements Store.
 func (m *Memory) Invalidate(serverID string, tools []string, gen uint64) {

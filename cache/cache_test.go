@@ -149,3 +149,15 @@ func TestInvalidateKeepsTheNewestGeneration(t *testing.T) {
 		t.Fatalf("another server's refund: ChangedAt = %d, want 0", got)
 	}
 }
+
+func TestHeldCountsPuts(t *testing.T) {
+	m := newStore(t)
+	for range 3 {
+		if err := m.Put(snapshot("a", "billing", "", time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Held(); got != 3 {
+		t.Fatalf("Held = %d, want 3", got)
+	}
+}

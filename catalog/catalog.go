@@ -113,6 +113,8 @@ type server struct {
 	// ordered; readers load state without it.
 	mu    sync.Mutex
 	state atomic.Pointer[state]
+	// Counted for the metrics collector.
+	refreshOK, refreshErr, listChanged atomic.Uint64
 }
 
 type state struct {
@@ -202,6 +204,7 @@ func (c *Catalog) publish(s *server, defs []json.RawMessage, err error) {
 		tools, err = parseTools(defs)
 	}
 	if err != nil {
+		s.refreshErr.Add(1)
 		next.status.LastError = err
 		s.state.Store(next)
 		c.opts.Logger.Warn().Str("server_id", s.id).Err(err).Bool("synced", next.list != nil).
@@ -209,6 +212,7 @@ func (c *Catalog) publish(s *server, defs []json.RawMessage, err error) {
 		return
 	}
 
+	s.refreshOK.Add(1)
 	next.status = Status{Synced: true, FetchedAt: now, LastAttempt: now}
 	changed := diff(prev.list, tools)
 	if prev.list != nil && len(changed) == 0 {

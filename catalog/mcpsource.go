@@ -68,6 +68,10 @@ type MCPSource struct {
 	// HTTPClient carries the requests; nil means a client of its own. It
 	// must have no Timeout, which would cut the notification streams.
 	HTTPClient *http.Client
+	// OnListChanged, if set, is called for every
+	// notifications/tools/list_changed, before the relist it triggers;
+	// the metrics count them with Catalog.NoteListChanged.
+	OnListChanged func()
 	// Logger records connections and their loss; give it the server_id.
 	Logger zerolog.Logger
 }
@@ -132,6 +136,9 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 	var ackOnce sync.Once
 	client := mcp.NewClient(&mcp.Implementation{Name: "capsnap-catalog", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			if s.OnListChanged != nil {
+				s.OnListChanged()
+			}
 			select {
 			case changed <- struct{}{}:
 			default: // a relist is already due and will see this change too

@@ -59,8 +59,16 @@ type Config struct {
 	Catalog Catalog `yaml:"catalog"`
 	// Limits bound what a request body may be.
 	Limits Limits `yaml:"limits"`
-	// Log configures the operational log; audit lines go to stdout.
+	// Log configures the operational log (stderr).
 	Log Log `yaml:"log"`
+	// Audit says where the audit trail (one JSON line per decision) goes.
+	Audit Audit `yaml:"audit"`
+}
+
+// Audit configures the audit trail.
+type Audit struct {
+	// Path is a file to append to; empty means stdout.
+	Path string `yaml:"path"`
 }
 
 // Principal configures identity.
@@ -218,6 +226,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.PolicyFile = abs(c.PolicyFile)
+	c.Audit.Path = abs(c.Audit.Path)
 	for i := range c.Servers {
 		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
 	}

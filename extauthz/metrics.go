@@ -1,6 +1,8 @@
 package extauthz
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +17,9 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	reloads   *prometheus.CounterVec
 	policy    *prometheus.GaugeVec
+	minted    *prometheus.CounterVec
+	invalid   *prometheus.CounterVec
+	lookups   *prometheus.CounterVec
 }
 
 // NewMetrics registers the decision metrics on reg.
@@ -44,8 +49,45 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:      "policy_info",
 		Help:      "The policy in force, by digest; always 1.",
 	}, []string{"digest"})
-	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy)
+	m.minted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "snapshots_minted_total",
+		Help:      "Snapshots minted at tools/list, by server_id.",
+	}, []string{"server_id"})
+	m.invalid = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "snapshot_invalidations_total",
+		Help:      "Tools invalidated in every snapshot of a server by a catalog change (list_changed or resync), by server_id.",
+	}, []string{"server_id"})
+	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "snapshot_lookups_total",
+		Help:      "Snapshot lookups at tools/call by result: hit or miss.",
+	}, []string{"result"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, m.lookups)
 	return m
+}
+
+func (m *Metrics) mintedFor(serverID string) {
+	if m != nil {
+		m.minted.WithLabelValues(serverID).Inc()
+	}
+}
+
+func (m *Metrics) invalidated(serverID string, tools int) {
+	if m != nil {
+		m.invalid.WithLabelValues(serverID).Add(float64(tools))
+	}
+}
+
+func (m *Metrics) lookedUp(hit bool) {
+	if m != nil {
+		r := "miss"
+		if hit {
+			r = "hit"
+		}
+		m.lookups.WithLabelValues(r).Inc()
+	}
 }
 
 func (m *Metrics) reloaded(result string) {
@@ -95,6 +137,13 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 	}
 	if d.tool != "" {
 		ev = ev.Str("tool", d.tool)
+	}
+	if len(d.arguments) > 0 {
+		// A digest, never the arguments: audit lines are widely readable,
+		// arguments may hold personal data, and the digest still proves
+		// which arguments a decision saw.
+		sum := sha256.Sum256(d.arguments)
+		ev = ev.Str("arguments_digest", "sha256:"+hex.EncodeToString(sum[:]))
 	}
 	if d.snapshot != nil {
 		ev = ev.Str("epoch", d.snapshot.Epoch).Time("valid_until", d.snapshot.ValidUntil)

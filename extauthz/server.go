@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,26 @@ func New(o Options) (*Server, error) {
 // OnChange. It never adds a tool to a snapshot: snapshots are immutable.
 func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed []string) {
 	s.snapshots.Invalidate(serverID, changed, next.Generation)
+	if next.Generation > 1 {
+		s.metrics.invalidated(serverID, len(changed))
+	}
+}
+
+// Ready reports whether capsnap can decide calls: rules are in force (they
+// always are once New returned) and every server's catalog is live by the
+// same test a tools/call is held to.
+func (s *Server) Ready() error {
+	var ids []string
+	for id := range s.servers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if _, fail := s.live(id); fail != nil {
+			return fail
+		}
+	}
+	return nil
 }
 
 // SetRules puts rules in force for every decision that starts after it
@@ -309,6 +330,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 	if err := s.snapshots.Put(snap); err != nil {
 		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
 	}
+	s.metrics.mintedFor(d.serverID)
 	d.snapshot = snap
 	return nil
 }
@@ -444,12 +466,14 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
 	if d.clientEpoch != "" {
 		snap, ok := s.snapshots.ByEpoch(d.clientEpoch)
+		s.metrics.lookedUp(ok)
 		if !ok {
 			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot has epoch %q (it may have expired long ago); list tools again", d.clientEpoch)
 		}
 		return snap, nil
 	}
 	snap, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	s.metrics.lookedUp(ok)
 	if !ok {
 		return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this principal on server %q; list tools first", d.serverID)
 	}

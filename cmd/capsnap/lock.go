@@ -106,7 +106,7 @@ func countOf(n int, noun string) string {
 // then stops it and returns every tool. It gives up after timeout, naming
 // each server that has not listed and why.
 func liveTools(ctx context.Context, cfg config.Config, timeout time.Duration) ([]lockfile.Entry, error) {
-	srcs, err := sources(cfg, zerolog.Nop())
+	srcs, err := sources(cfg, zerolog.Nop(), nil)
 	if err != nil {
 		return nil, err
 	}

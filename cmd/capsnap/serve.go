@@ -48,7 +48,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := sources(cfg, zerolog.Nop()); err != nil {
+	if _, err := sources(cfg, zerolog.Nop(), nil); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
@@ -65,7 +65,16 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
-	audit := zerolog.New(stdout).With().Timestamp().Str("log", "audit").Logger()
+	auditOut := stdout
+	if cfg.Audit.Path != "" {
+		f, err := os.OpenFile(cfg.Audit.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("serve: audit: %w", err)
+		}
+		defer f.Close()
+		auditOut = f
+	}
+	audit := zerolog.New(auditOut).With().Timestamp().Str("log", "audit").Logger()
 
 	rules, err := extauthz.LoadRules(cfg.PolicyFile)
 	if err != nil {
@@ -75,7 +84,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		log.Warn().Str("header", cfg.Principal.Header).
 			Msg("INSECURE: principal taken from a client-supplied header; Envoy must strip it from clients. Development only.")
 	}
-	srcs, err := sources(cfg, log)
+	// The catalog is built on the sources; its list_changed counts go to it.
+	var cat *catalog.Catalog
+	srcs, err := sources(cfg, log, func(id string) { cat.NoteListChanged(id) })
 	if err != nil {
 		return err
 	}
@@ -84,7 +95,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The catalog reports changes to the server built on it below.
 	var srv *extauthz.Server
-	cat := catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
+	cat = catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
 		srv.CatalogChanged(id, prev, next, changed)
 	}})
 	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
@@ -92,6 +103,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.Close()
+	reg.MustRegister(cat, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "capsnap", Name: "snapshots_active",
+		Help: "Snapshots held in memory, including expired ones kept to answer snapshot_expired.",
+	}, func() float64 { return float64(store.Held()) }))
 	srv, err = extauthz.New(extauthz.Options{
 		Catalog:          cat,
 		Servers:          cat.Servers(),
@@ -203,11 +218,9 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Serv
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		for _, id := range cat.Servers() {
-			if _, _, err := cat.Lookup(id); err != nil {
-				http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
-				return
-			}
+		if err := srv.Ready(); err != nil {
+			http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
@@ -265,10 +278,11 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
-// sources builds a catalog source for every configured server. Catalog
-// files are read here too, so that a bad one stops the binary at start (and
-// fails check) instead of leaving a server unavailable.
-func sources(cfg config.Config, log zerolog.Logger) (map[string]catalog.Source, error) {
+// sources builds a catalog source for every configured server; listChanged,
+// if set, hears every list_changed. Catalog files are read here too, so
+// that a bad one stops the binary at start (and fails check) instead of
+// leaving a server unavailable.
+func sources(cfg config.Config, log zerolog.Logger, listChanged func(serverID string)) (map[string]catalog.Source, error) {
 	out := make(map[string]catalog.Source, len(cfg.Servers))
 	for _, s := range cfg.Servers {
 		if s.CatalogFile != "" {
@@ -279,10 +293,15 @@ func sources(cfg config.Config, log zerolog.Logger) (map[string]catalog.Source, 
 			out[s.ID] = f
 			continue
 		}
-		out[s.ID] = &catalog.MCPSource{
+		src := &catalog.MCPSource{
 			URL: s.URL, ProtocolVersion: s.ProtocolVersion, Resync: s.Resync,
 			Logger: log.With().Str("server_id", s.ID).Logger(),
 		}
+		if listChanged != nil {
+			id := s.ID
+			src.OnListChanged = func() { listChanged(id) }
+		}
+		out[s.ID] = src
 	}
 	return out, nil
 }
