@@ -114,7 +114,7 @@ type Memory struct {
 	// held counts the snapshots in the store, expired ones retained for
 	// snapshot_expired included.
 	held atomic.Int64
-	now     func() time.Time
+	now  func() time.Time
 }
 
 // MemoryOptions bound a Memory store.
