@@ -9,3 +9,15 @@ import _ "embed"
 //
 //go:embed demo.yaml
 var Demo []byte
+
+// MTLS is mtls.yaml: the listener requires a client certificate whose URI
+// SAN is a SPIFFE ID, and capsnap takes the principal from it.
+//
+//go:embed mtls.yaml
+var MTLS []byte
+
+// JWT is jwt.yaml: jwt_authn verifies a bearer token before ext_authz, and
+// capsnap takes the principal from one of its claims.
+//
+//go:embed jwt.yaml
+var JWT []byte

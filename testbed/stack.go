@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,16 +38,7 @@ func RandomPorts() (Ports, error) {
 }
 
 // EnvoyConfig is envoy/demo.yaml with its ports replaced by p's.
-func EnvoyConfig(p Ports) []byte {
-	cfg := envoy.Demo
-	for from, to := range map[int]int{
-		DemoPorts.Envoy: p.Envoy, DemoPorts.EnvoyAdmin: p.EnvoyAdmin,
-		DemoPorts.GRPC: p.GRPC, DemoPorts.Billing: p.Billing, DemoPorts.Payments: p.Payments,
-	} {
-		cfg = bytes.ReplaceAll(cfg, []byte("port_value: "+strconv.Itoa(from)+"}"), []byte("port_value: "+strconv.Itoa(to)+"}"))
-	}
-	return cfg
-}
+func EnvoyConfig(p Ports) []byte { return render(envoy.Demo, p, strings.NewReplacer()) }
 
 // StackOptions configure StartStack.
 type StackOptions struct {
