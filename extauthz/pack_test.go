@@ -16,7 +16,7 @@ import (
 const readonly = "spiffe://acme/agent/support-readonly"
 
 // packFixture is a fixture under the seed's policy (testdata/pack).
-func packFixture(t *testing.T, opts ...func(*Options)) *fixture {
+func packFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	t.Helper()
 	opts = append([]func(*Options){func(o *Options) { o.Rules = mustRules(t, "testdata/pack/policy.yaml") }}, opts...)
 	f := newFixture(t, opts...)
