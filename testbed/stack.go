@@ -312,60 +312,55 @@ func (s *Stack) ReloadPolicy(ctx context.Context, policy []byte) error {
 	return nil
 }
 
-// WaitCatalogError waits until capsnap reports that its view of server id
-// is failing to refresh.
-func (s *Stack) WaitCatalogError(ctx context.Context, id string) error {
-	for {
-		var view map[string]struct {
-			LastError string `json:"last_error"`
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.AdminURL()+"/catalog", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&view)
-			resp.Body.Close()
-		}
-		if view[id].LastError != "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for capsnap to see %s failing: %w", id, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // CatalogTool is one tool of capsnap's view of a server, from GET /catalog.
 type CatalogTool struct {
 	Name   string `json:"name"`
 	Digest string `json:"digest"`
 }
 
-// WaitCatalog waits until capsnap's own view of server id shows tool with
-// digest ("" waits for the tool to be gone).
-func (s *Stack) WaitCatalog(ctx context.Context, id, tool, digest string) error {
+// CatalogServer is capsnap's view of one server, from GET /catalog.
+type CatalogServer struct {
+	LastError string        `json:"last_error"`
+	Tools     []CatalogTool `json:"tools"`
+}
+
+// waitCatalog polls capsnap's GET /catalog until done says so of server
+// id's view, or ctx ends; what describes the wait in the error.
+func (s *Stack) waitCatalog(ctx context.Context, id, what string, done func(CatalogServer) bool) error {
 	for {
-		var view map[string]struct {
-			Tools []CatalogTool `json:"tools"`
-		}
+		var view map[string]CatalogServer
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.AdminURL()+"/catalog", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&view)
 			resp.Body.Close()
 		}
-		found := ""
-		for _, t := range view[id].Tools {
-			if t.Name == tool {
-				found = t.Digest
-			}
-		}
-		if found == digest {
+		if done(view[id]) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for capsnap to see %s/%s at %q (it sees %q): %w", id, tool, digest, found, ctx.Err())
+			return fmt.Errorf("wait for capsnap to see %s %s: %w", id, what, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// WaitCatalogError waits until capsnap reports that its view of server id
+// is failing to refresh.
+func (s *Stack) WaitCatalogError(ctx context.Context, id string) error {
+	return s.waitCatalog(ctx, id, "failing", func(v CatalogServer) bool { return v.LastError != "" })
+}
+
+// WaitCatalog waits until capsnap's own view of server id shows tool with
+// digest ("" waits for the tool to be gone).
+func (s *Stack) WaitCatalog(ctx context.Context, id, tool, digest string) error {
+	return s.waitCatalog(ctx, id, fmt.Sprintf("%s at %q", tool, digest), func(v CatalogServer) bool {
+		found := ""
+		for _, t := range v.Tools {
+			if t.Name == tool {
+				found = t.Digest
+			}
+		}
+		return found == digest
+	})
 }
