@@ -32,6 +32,21 @@ func TestCommands(t *testing.T) {
 		{"digest response", []string{"digest", "testdata/response.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\n$`, ""},
 		{"digest duplicate", []string{"digest", "testdata/dup-tools.json"}, exitFailure, "", "both named"},
 		{"digest no file", []string{"digest"}, exitUsage, "", "exactly one FILE"},
+		{"policy without subcommand", []string{"policy"}, exitUsage, "", "lint, explain or reload is required"},
+		{"policy lint", []string{"policy", "lint", "testdata/seed-policy.yaml"}, exitOK, `seed-policy.yaml: ok \(policy sha256:[0-9a-f]{64}, 0 warnings\)`, ""},
+		{"policy lint invalid", []string{"policy", "lint", "testdata/broken-policy.yaml"}, exitFailure, "", `unknown effect class "superuser"`},
+		{"policy explain allowed", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund",
+			"--args", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`}, exitOK, `(?s)money_move.*usd_cap_250.*holds`, ""},
+		{"policy explain over the cap", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund",
+			"--args", `{"order_id":"A-100","amount":250.01,"reason_code":"duplicate_charge"}`}, exitOK, `(?s)usd_cap_250.*(does not hold|violat)`, ""},
+		{"policy explain not granted", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-readonly", "--server", "billing", "--tool", "refund"}, exitOK, `denied \(tool_not_granted\): it is in no grant`, ""},
+		{"policy explain bad args", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "p", "--server", "billing", "--tool", "refund", "--args", "[1]"}, exitUsage, "", "--args is not a JSON object"},
+		{"policy explain missing flags", []string{"policy", "explain", "--tool", "refund"}, exitUsage, "", "are required"},
+		{"policy reload unreachable", []string{"policy", "reload", "--admin", "127.0.0.1:1"}, exitFailure, "", "policy reload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
