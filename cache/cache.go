@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,12 +81,6 @@ type Store interface {
 	Latest(principal, serverID, session string) (*Snapshot, bool)
 	// Pinned returns the pin stored under exactly k.
 	Pinned(k Key) (Pin, bool)
-	// Invalidate records that tools of a server changed (or went away) in
-	// catalog generation gen: no snapshot minted from an earlier
-	// generation vouches for them any more, even if they change back.
-	Invalidate(serverID string, tools []string, gen uint64)
-	// ChangedAt is the generation of the last such change, 0 if none.
-	ChangedAt(serverID, tool string) uint64
 	// RecordCall notes that a call to tool was allowed under snapshot s,
 	// for the policy's sequence rules; Called asks.
 	RecordCall(s *Snapshot, tool string)
@@ -105,12 +98,8 @@ type Memory struct {
 	latest *ristretto.Cache[string, string]
 	// calls holds the (epoch, tool) pairs allowed so far, and expires
 	// with the snapshot.
-	calls *ristretto.Cache[string, struct{}]
-	// changed holds, per (server, tool), the catalog generation it last
-	// changed in; it grows with the catalogs' tools, not with snapshots.
-	mu      sync.Mutex
-	changed map[[2]string]uint64
-	retain  time.Duration
+	calls  *ristretto.Cache[string, struct{}]
+	retain time.Duration
 	// held counts the snapshots in the store, expired ones retained for
 	// snapshot_expired included.
 	held atomic.Int64
@@ -145,7 +134,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	m := &Memory{changed: map[[2]string]uint64{}, retain: o.Retain, now: o.Now}
+	m := &Memory{retain: o.Retain, now: o.Now}
 	snaps, err := ristretto.NewCache(&ristretto.Config[string, *Snapshot]{
 		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64,
 		// Expiry and eviction both come through here.
@@ -235,24 +224,6 @@ func (m *Memory) Pinned(k Key) (Pin, bool) {
 // Held is how many snapshots the store holds now, for the
 // capsnap_snapshots_active gauge.
 func (m *Memory) Held() int64 { return m.held.Load() }
-
-// Invalidate implements Store.
-func (m *Memory) Invalidate(serverID string, tools []string, gen uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, t := range tools {
-		if k := [2]string{serverID, t}; gen > m.changed[k] {
-			m.changed[k] = gen
-		}
-	}
-}
-
-// ChangedAt implements Store.
-func (m *Memory) ChangedAt(serverID, tool string) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.changed[[2]string{serverID, tool}]
-}
 
 // RecordCall implements Store.
 func (m *Memory) RecordCall(s *Snapshot, tool string) {

@@ -138,18 +138,6 @@ func TestCallsAreRecordedPerSnapshot(t *testing.T) {
 	}
 }
 
-func TestInvalidateKeepsTheNewestGeneration(t *testing.T) {
-	m := newStore(t)
-	m.Invalidate("billing", []string{"refund"}, 3)
-	m.Invalidate("billing", []string{"refund"}, 2) // a late, older report
-	if got := m.ChangedAt("billing", "refund"); got != 3 {
-		t.Fatalf("ChangedAt = %d, want 3", got)
-	}
-	if got := m.ChangedAt("payments", "refund"); got != 0 {
-		t.Fatalf("another server's refund: ChangedAt = %d, want 0", got)
-	}
-}
-
 func TestHeldCountsPuts(t *testing.T) {
 	m := newStore(t)
 	for range 3 {

@@ -2,12 +2,14 @@ package extauthz
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/mcpparse"
@@ -218,5 +220,42 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 	}
 	if got := testutilCount(f, "refused_loosening"); got != 1 {
 		t.Fatalf("refused_loosening counted %v times", got)
+	}
+}
+
+// refusingStore is a snapshot store that is full: it admits nothing.
+type refusingStore struct{ cache.Store }
+
+func (refusingStore) Put(*cache.Snapshot) error { return errors.New("store full") }
+
+// A snapshot that cannot be stored is a discovery that mints nothing: the
+// tools/list is denied rather than passed without evidence behind it.
+func TestMintFailsClosedWhenStoreRefuses(t *testing.T) {
+	f := packFixture(t, func(o *Options) { o.Snapshots = refusingStore{o.Snapshots} })
+	got := f.call(t, checkCase{Principal: support, Body: listBody})
+	if got.reason != deny.NoSnapshot || !strings.Contains(got.data.Detail, "store full") {
+		t.Fatalf("tools/list with a full store: %q (%s)", got.reason, got.data.Detail)
+	}
+}
+
+// The lockfile in force at call time decides: withdrawing an approval stops
+// calls under snapshots minted while it stood.
+func TestLockfileWithdrawnAfterMint(t *testing.T) {
+	dir := t.TempDir()
+	path := writeLockedPolicy(t, dir, "testdata/pack/catalog.json")
+	f := packFixture(t, func(o *Options) { o.Rules = mustRules(t, path) })
+	f.list(t, support, "billing", nil)
+	if got := f.call(t, argsCall("lookup_order", lookup)); got.reason != "" {
+		t.Fatalf("approved lookup_order: %q", got.reason)
+	}
+	// A lockfile approving only the edited catalog: today's refund and
+	// lookup_order are no longer approved.
+	f.SetRules(mustRules(t, writeLockedPolicy(t, dir, "testdata/pack/catalog-description.json")))
+	if got := f.call(t, argsCall("lookup_order", lookup)); got.reason != "" {
+		t.Fatalf("lookup_order, unchanged in both lockfiles: %q", got.reason)
+	}
+	got := f.call(t, argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"damaged"}`))
+	if got.reason != deny.ToolUnapproved {
+		t.Fatalf("pinned refund after its approval was withdrawn: %q (%s)", got.reason, got.data.Detail)
 	}
 }

