@@ -2,12 +2,14 @@
 // when a principal discovers a server's tools, which its later tool calls
 // are verified against.
 //
-// Each pinned tool is stored under the full (server_id, tool_id,
-// schema_digest, principal) tuple of the snapshot that pinned it, so a call
-// finds its pin only if every element matches: a same-named tool on another
-// server, another digest or another principal is simply not there. The
-// snapshot itself is found by its epoch. Memory is bounded (ristretto) and
-// every entry expires at its snapshot's valid_until.
+// A pin is found only under the full (server_id, tool_id, schema_digest,
+// principal, epoch) key of the snapshot that pinned it: a same-named tool
+// on another server, another digest or another principal is simply not
+// there. The store indexes snapshots by epoch and matches the rest of the
+// key inside the snapshot, so a snapshot's pins live and die together: no
+// pin is ever evicted on its own, which a later call would misread as
+// drift. Memory is bounded (ristretto) and every snapshot expires at its
+// valid_until.
 package cache
 
 import (
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +37,8 @@ type Pin struct {
 }
 
 // Snapshot is what one principal was authorized against on one server.
+// Everything exported is fixed at minting; only the record of the calls
+// allowed under it grows, for the policy's sequence rules.
 type Snapshot struct {
 	Epoch      string
 	Principal  string
@@ -45,6 +50,16 @@ type Snapshot struct {
 	// were taken from.
 	CatalogGeneration uint64
 	Pins              map[string]Pin // by tool_id
+
+	calls *calls
+}
+
+// calls are the tools called under one snapshot. They live in the snapshot
+// so that they expire with it, and so that recording one is a map write
+// rather than a store write the next call would have to wait for.
+type calls struct {
+	mu   sync.Mutex
+	done map[string]struct{}
 }
 
 // Key is the identity of one pinned tool. A tool is never looked up by its
@@ -53,16 +68,18 @@ type Key struct {
 	ServerID, ToolID, SchemaDigest, Principal, Epoch string
 }
 
-// String encodes the key unambiguously: each element is length-prefixed, so
-// no choice of names can make two different keys encode alike.
-func (k Key) String() string {
-	return encode(k.ServerID, k.ToolID, k.SchemaDigest, k.Principal, k.Epoch)
-}
-
+// encode joins parts unambiguously: each is length-prefixed, so no choice
+// of names can make two different lists encode alike.
 func encode(parts ...string) string {
-	var b strings.Builder
+	n := 0
 	for _, s := range parts {
-		b.WriteString(strconv.Itoa(len(s)))
+		n += len(s) + 21 // a length, its colon
+	}
+	var b strings.Builder
+	b.Grow(n)
+	var num [20]byte
+	for _, s := range parts {
+		b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
 		b.WriteByte(':')
 		b.WriteString(s)
 	}
@@ -84,21 +101,17 @@ type Store interface {
 	// RecordCall notes that a call to tool was allowed under snapshot s,
 	// for the policy's sequence rules; Called asks.
 	RecordCall(s *Snapshot, tool string)
-	Called(epoch, tool string) bool
+	Called(s *Snapshot, tool string) bool
 }
 
 var _ Store = (*Memory)(nil)
 
 // Memory is the in-process Store of a single replica.
 type Memory struct {
-	pins      *ristretto.Cache[string, Pin]
 	snapshots *ristretto.Cache[string, *Snapshot]
 	// latest maps (principal, server, session) to its newest epoch, and
 	// expires with that snapshot.
 	latest *ristretto.Cache[string, string]
-	// calls holds the (epoch, tool) pairs allowed so far, and expires
-	// with the snapshot.
-	calls  *ristretto.Cache[string, struct{}]
 	retain time.Duration
 	// held counts the snapshots in the store, expired ones retained for
 	// snapshot_expired included.
@@ -128,15 +141,13 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	pins, err := ristretto.NewCache(&ristretto.Config[string, Pin]{
-		NumCounters: 10 * o.MaxSnapshots * pinsPerSnapshot, MaxCost: o.MaxSnapshots * pinsPerSnapshot, BufferItems: 64,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
-	}
 	m := &Memory{retain: o.Retain, now: o.Now}
+	// Every entry costs 1, so MaxCost counts entries: without
+	// IgnoreInternalCost ristretto adds its own per-entry size to each
+	// cost, and the store would hold a fiftieth of MaxSnapshots. Ten
+	// counters per entry is ristretto's advice for its admission sketch.
 	snaps, err := ristretto.NewCache(&ristretto.Config[string, *Snapshot]{
-		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64,
+		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64, IgnoreInternalCost: true,
 		// Expiry and eviction both come through here.
 		OnEvict: func(*ristretto.Item[*Snapshot]) { m.held.Add(-1) },
 	})
@@ -144,31 +155,20 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	latest, err := ristretto.NewCache(&ristretto.Config[string, string]{
-		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64,
+		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64, IgnoreInternalCost: true,
 	})
 	if err != nil {
+		snaps.Close()
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	calls, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
-		NumCounters: 10 * o.MaxSnapshots * pinsPerSnapshot, MaxCost: o.MaxSnapshots * pinsPerSnapshot, BufferItems: 64,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
-	}
-	m.pins, m.snapshots, m.latest, m.calls = pins, snaps, latest, calls
+	m.snapshots, m.latest = snaps, latest
 	return m, nil
 }
 
-// pinsPerSnapshot sizes the pin cache: the typical number of tools a
-// snapshot pins, not a limit.
-const pinsPerSnapshot = 16
-
 // Close releases the store's goroutines.
 func (m *Memory) Close() {
-	m.pins.Close()
 	m.snapshots.Close()
 	m.latest.Close()
-	m.calls.Close()
 }
 
 // Put implements Store.
@@ -178,16 +178,12 @@ func (m *Memory) Put(s *Snapshot) error {
 		return fmt.Errorf("cache: snapshot %s is already expired", s.Epoch)
 	}
 	ttl += m.retain
-	for _, p := range s.Pins {
-		k := Key{ServerID: s.ServerID, ToolID: p.ToolID, SchemaDigest: p.SchemaDigest, Principal: s.Principal, Epoch: s.Epoch}
-		m.pins.SetWithTTL(k.String(), p, 1, ttl)
-	}
+	s.calls = &calls{done: map[string]struct{}{}}
 	if !m.snapshots.SetWithTTL(s.Epoch, s, 1, ttl) {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
 	}
 	// ristretto applies sets asynchronously; a snapshot must be findable
 	// by the very next request.
-	m.pins.Wait()
 	m.snapshots.Wait()
 	if _, ok := m.snapshots.Get(s.Epoch); !ok {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
@@ -218,27 +214,44 @@ func latestKey(principal, serverID, session string) string {
 
 // Pinned implements Store.
 func (m *Memory) Pinned(k Key) (Pin, bool) {
-	return m.pins.Get(k.String())
+	s, ok := m.snapshots.Get(k.Epoch)
+	if !ok || s.ServerID != k.ServerID || s.Principal != k.Principal {
+		return Pin{}, false
+	}
+	p, ok := s.Pins[k.ToolID]
+	if !ok || p.SchemaDigest != k.SchemaDigest {
+		return Pin{}, false
+	}
+	return p, true
 }
 
 // Held is how many snapshots the store holds now, for the
 // capsnap_snapshots_active gauge.
 func (m *Memory) Held() int64 { return m.held.Load() }
 
-// RecordCall implements Store.
+// RecordCall implements Store. A snapshot this store never held records
+// nothing, so a sequence rule over it cannot be satisfied.
 func (m *Memory) RecordCall(s *Snapshot, tool string) {
-	ttl := s.ValidUntil.Sub(m.now())
-	if ttl <= 0 {
+	c := s.calls
+	if c == nil || !m.now().Before(s.ValidUntil) {
 		return
 	}
-	m.calls.SetWithTTL(encode(s.Epoch, tool), struct{}{}, 1, ttl)
-	// A sequence rule checks this on the very next call.
-	m.calls.Wait()
+	c.mu.Lock()
+	if _, ok := c.done[tool]; !ok {
+		c.done[tool] = struct{}{}
+	}
+	c.mu.Unlock()
 }
 
 // Called implements Store.
-func (m *Memory) Called(epoch, tool string) bool {
-	_, ok := m.calls.Get(encode(epoch, tool))
+func (m *Memory) Called(s *Snapshot, tool string) bool {
+	c := s.calls
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	_, ok := c.done[tool]
+	c.mu.Unlock()
 	return ok
 }
 

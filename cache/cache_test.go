@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,16 +28,12 @@ func snapshot(principal, server, session string, ttl time.Duration, pins ...Pin)
 }
 
 func TestKeyEncodingIsUnambiguous(t *testing.T) {
-	// Without length prefixes these would both encode as "a|b|c|d|e|f".
-	a := Key{"a|b", "c", "d", "e", "f"}
-	b := Key{"a", "b|c", "d", "e", "f"}
-	if a.String() == b.String() {
-		t.Fatalf("%+v and %+v encode alike: %q", a, b, a.String())
+	// Without length prefixes these would both encode as "a|b|c".
+	if a, b := latestKey("a|b", "c", ""), latestKey("a", "b|c", ""); a == b {
+		t.Fatalf("two principal/server pairs encode alike: %q", a)
 	}
-	c := Key{"ab", "", "d", "e", "f"}
-	d := Key{"a", "b", "d", "e", "f"}
-	if c.String() == d.String() {
-		t.Fatalf("%+v and %+v encode alike", c, d)
+	if c, d := latestKey("ab", "", "s"), latestKey("a", "b", "s"); c == d {
+		t.Fatalf("two principal/server pairs encode alike: %q", c)
 	}
 }
 
@@ -112,7 +109,12 @@ func TestEpochsAreUnique(t *testing.T) {
 }
 
 func TestCallsAreRecordedPerSnapshot(t *testing.T) {
-	m := newStore(t)
+	now := time.Now()
+	m, err := NewMemory(MemoryOptions{MaxSnapshots: 1000, Retain: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
 	a := snapshot("a", "billing", "", time.Minute)
 	b := snapshot("a", "billing", "", time.Minute)
 	for _, s := range []*Snapshot{a, b} {
@@ -120,21 +122,84 @@ func TestCallsAreRecordedPerSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if m.Called(a.Epoch, "lookup_order") {
+	if m.Called(a, "lookup_order") {
 		t.Fatal("a call recorded before any was made")
 	}
 	m.RecordCall(a, "lookup_order")
-	if !m.Called(a.Epoch, "lookup_order") {
+	if !m.Called(a, "lookup_order") {
 		t.Fatal("recorded call not found")
 	}
-	if m.Called(b.Epoch, "lookup_order") || m.Called(a.Epoch, "refund") {
+	if m.Called(b, "lookup_order") || m.Called(a, "refund") {
 		t.Fatal("a call leaked into another snapshot or tool")
 	}
-	// An expired snapshot records nothing.
-	gone := snapshot("a", "billing", "", -time.Second)
-	m.RecordCall(gone, "lookup_order")
-	if m.Called(gone.Epoch, "lookup_order") {
+	// Found again by its epoch, the snapshot still has its calls.
+	if got, _ := m.ByEpoch(a.Epoch); !m.Called(got, "lookup_order") {
+		t.Fatal("calls lost between lookups")
+	}
+	// Once expired (but still retained), a snapshot records nothing.
+	now = now.Add(2 * time.Minute)
+	m.RecordCall(b, "lookup_order")
+	if m.Called(b, "lookup_order") {
 		t.Fatal("a call was recorded under an expired snapshot")
+	}
+	// Nor does one this store never held.
+	stray := snapshot("a", "billing", "", time.Hour)
+	m.RecordCall(stray, "lookup_order")
+	if m.Called(stray, "lookup_order") {
+		t.Fatal("a call was recorded under a snapshot the store never held")
+	}
+}
+
+// A snapshot's pins are held as one: pinning far more tools than there are
+// snapshots must not evict any of them (a missing pin reads as drift).
+func TestLargeSnapshotsKeepEveryPin(t *testing.T) {
+	m, err := NewMemory(MemoryOptions{MaxSnapshots: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	var snaps []*Snapshot
+	for range 4 {
+		var pins []Pin
+		for i := range 5000 {
+			pins = append(pins, Pin{ToolID: fmt.Sprintf("tool_%d", i), SchemaDigest: "sha256:aa", Effect: policy.Read})
+		}
+		s := snapshot("a", "billing", "", time.Minute, pins...)
+		if err := m.Put(s); err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, s)
+	}
+	for _, s := range snaps {
+		for i := range 5000 {
+			k := Key{ServerID: "billing", ToolID: fmt.Sprintf("tool_%d", i), SchemaDigest: "sha256:aa", Principal: "a", Epoch: s.Epoch}
+			if _, ok := m.Pinned(k); !ok {
+				t.Fatalf("pin %+v lost", k)
+			}
+		}
+	}
+}
+
+// MaxSnapshots counts snapshots: a store of n holds n of them.
+func TestHoldsMaxSnapshots(t *testing.T) {
+	const n = 2000
+	m, err := NewMemory(MemoryOptions{MaxSnapshots: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	var snaps []*Snapshot
+	for i := range n {
+		s := snapshot("a", "billing", fmt.Sprint(i), time.Minute)
+		if err := m.Put(s); err != nil {
+			t.Fatalf("snapshot %d of %d: %v", i+1, n, err)
+		}
+		snaps = append(snaps, s)
+	}
+	for i, s := range snaps {
+		if _, ok := m.ByEpoch(s.Epoch); !ok {
+			t.Fatalf("snapshot %d of %d evicted below MaxSnapshots", i+1, n)
+		}
 	}
 }
 
