@@ -72,23 +72,29 @@ func compile(inputSchema []byte) compiled {
 }
 
 // checkArguments holds a call's arguments to the pinned definition's
-// inputSchema, identified by its digest.
-func (c *schemas) checkArguments(digest string, inputSchema, arguments []byte) *deny.Error {
+// inputSchema, identified by its digest, and returns them decoded (numbers
+// as json.Number, exact for the schema's bounds) for the constraints.
+func (c *schemas) checkArguments(digest string, inputSchema, arguments []byte) (map[string]any, *deny.Error) {
 	s := c.get(digest, inputSchema)
 	if s.err != nil {
-		return deny.Errorf(deny.InvalidArguments, "the pinned inputSchema cannot be used: %v", s.err)
+		return nil, deny.Errorf(deny.InvalidArguments, "the pinned inputSchema cannot be used: %v", s.err)
 	}
 	if len(arguments) == 0 {
 		arguments = []byte("{}")
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(arguments))
 	if err != nil {
-		return deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
+		return nil, deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
 	}
 	if err := s.schema.Validate(inst); err != nil {
-		return deny.Errorf(deny.InvalidArguments, "arguments do not satisfy the pinned inputSchema: %s", oneLine(err))
+		return nil, deny.Errorf(deny.InvalidArguments, "arguments do not satisfy the pinned inputSchema: %s", oneLine(err))
 	}
-	return nil
+	args, ok := inst.(map[string]any)
+	if !ok {
+		// MCP's arguments are an object; mcpparse refuses anything else.
+		return nil, deny.Errorf(deny.InvalidArguments, "arguments are not an object")
+	}
+	return args, nil
 }
 
 // oneLine flattens a validation error for a detail field.

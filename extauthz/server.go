@@ -412,28 +412,21 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 // checkTerms holds the arguments to the pinned inputSchema and the pinned
 // policy's constraints, and the call to its sequence rules.
 func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
-	if fail := s.schemas.checkArguments(digest, inputSchema, d.arguments); fail != nil {
+	args, fail := s.schemas.checkArguments(digest, inputSchema, d.arguments)
+	if fail != nil {
 		return fail
 	}
-	if len(rule.Constraints) > 0 {
-		args := map[string]any{}
-		if len(d.arguments) > 0 {
-			if err := json.Unmarshal(d.arguments, &args); err != nil {
-				return deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
+	in := policy.Input{Args: args, Principal: d.principal, Server: d.serverID, Tool: d.tool}
+	for _, c := range rule.Constraints {
+		if err := c.Check(in); err != nil {
+			if de, ok := deny.As(err); ok {
+				return de
 			}
-		}
-		in := policy.Input{Args: args, Principal: d.principal, Server: d.serverID, Tool: d.tool}
-		for _, c := range rule.Constraints {
-			if err := c.Check(in); err != nil {
-				if de, ok := deny.As(err); ok {
-					return de
-				}
-				return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
-			}
+			return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
 		}
 	}
 	for _, before := range rule.After {
-		if !s.snapshots.Called(snap.Epoch, before) {
+		if !s.snapshots.Called(snap, before) {
 			return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, before, snap.Epoch)
 		}
 	}

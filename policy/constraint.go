@@ -1,15 +1,18 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
 
 	"github.com/capsnap/capsnap/deny"
@@ -40,8 +43,10 @@ type Constraint struct {
 // Input is what a constraint is evaluated over.
 type Input struct {
 	// Args are the call's arguments as encoding/json decodes them into a
-	// map[string]any: numbers are float64, objects map[string]any, arrays
-	// []any. nil is no arguments.
+	// map[string]any: objects map[string]any, arrays []any, and numbers
+	// json.Number (UseNumber, as JSON Schema validation decodes them, so
+	// that one decode serves both) or float64. CEL sees every JSON number
+	// as a double. nil is no arguments.
 	Args      map[string]any
 	Principal string
 	Server    string
@@ -59,8 +64,31 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		// Arguments arrive as JSON, where every number is a double; this
 		// lets args.amount <= 250 compare a double with an int literal.
 		cel.CrossTypeNumericComparisons(true),
+		cel.CustomTypeAdapter(jsonAdapter{}),
 	)
 })
+
+// jsonAdapter hands CEL arguments decoded with json.Number: each number
+// becomes the double a float64 decode would give, and a number no double
+// can hold is an error, so the constraint fails closed. Objects and arrays
+// keep this adapter for what they hold.
+type jsonAdapter struct{}
+
+func (a jsonAdapter) NativeToValue(v any) ref.Val {
+	switch v := v.(type) {
+	case json.Number:
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			return types.NewErr("argument %s is not a number CEL can hold: %v", v, err)
+		}
+		return types.Double(f)
+	case map[string]any:
+		return types.NewStringInterfaceMap(a, v)
+	case []any:
+		return types.NewDynamicList(a, v)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(v)
+}
 
 func compileConstraints(field string, cs []Constraint) ([]*Constraint, error) {
 	out := make([]*Constraint, 0, len(cs))

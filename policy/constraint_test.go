@@ -17,12 +17,14 @@ func mustConstraint(t testing.TB, c Constraint) *Constraint {
 	return cs[0]
 }
 
-// jsonArgs decodes arguments the way a caller must: encoding/json into a
-// map[string]any, so that numbers are float64.
+// jsonArgs decodes arguments the way extauthz does: encoding/json into a
+// map[string]any, numbers as json.Number.
 func jsonArgs(t testing.TB, s string) map[string]any {
 	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
 	var args map[string]any
-	if err := json.Unmarshal([]byte(s), &args); err != nil {
+	if err := dec.Decode(&args); err != nil {
 		t.Fatal(err)
 	}
 	return args
@@ -49,6 +51,9 @@ func TestConstraintCheck(t *testing.T) {
 		{"a cent over", capped, refund(`{"amount": 250.01}`), `constraint "usd_cap_250" does not hold: refunds are capped at USD 250`},
 		{"far over", capped, refund(`{"amount": 1e300}`), "does not hold"},
 		{"negative", capped, refund(`{"amount": -5}`), ""},
+		{"beyond any double", capped, refund(`{"amount": 1e400}`), "could not be evaluated (argument 1e400 is not a number CEL can hold"},
+		{"Go float64", capped, Input{Args: map[string]any{"amount": 250.0}}, ""},
+		{"Go float64 over", capped, Input{Args: map[string]any{"amount": 250.5}}, "does not hold"},
 		{"Go int", capped, Input{Args: map[string]any{"amount": 250}}, ""},
 		{"Go int over", capped, Input{Args: map[string]any{"amount": 251}}, "does not hold"},
 		{"Go uint", capped, Input{Args: map[string]any{"amount": uint64(7)}}, ""},
