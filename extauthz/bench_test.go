@@ -2,7 +2,10 @@ package extauthz
 
 import (
 	"context"
+	"io"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/cache"
 )
@@ -12,8 +15,12 @@ import (
 // mint at tools/list. Budget for the allowed path: 10µs and 40 allocations
 // per Check on the 2-core machine; these print the figures, they do not
 // assert them.
+// discardAudit writes the audit trail nowhere: the fixture's buffer would
+// grow by a line per iteration and the benchmark would measure that.
+func discardAudit(o *Options) { o.Audit = zerolog.New(io.Discard) }
+
 func BenchmarkCheckAllowed(b *testing.B) {
-	f := packFixture(b)
+	f := packFixture(b, discardAudit)
 	f.list(b, support, "billing", nil)
 	f.call(b, argsCall("lookup_order", lookup))
 	req := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`).request()
@@ -28,7 +35,7 @@ func BenchmarkCheckAllowed(b *testing.B) {
 }
 
 func BenchmarkCheckDrift(b *testing.B) {
-	f := packFixture(b)
+	f := packFixture(b, discardAudit)
 	f.list(b, support, "billing", nil)
 	f.billing.push(b, "testdata/pack/catalog-description.json", nil)
 	req := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`).request()
@@ -50,7 +57,7 @@ func BenchmarkMint(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(store.Close)
-	f := packFixture(b, func(o *Options) { o.Snapshots = store })
+	f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots = store })
 	req := checkCase{Principal: support, Body: listBody}.request()
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -56,21 +56,30 @@ func (d *decision) metadata() *structpb.Struct {
 	if d.fail != nil {
 		verdict, reason = "deny", string(d.fail.Reason)
 	}
-	f := map[string]*structpb.Value{
-		"decision": structpb.NewStringValue(verdict),
-		"reason":   structpb.NewStringValue(reason),
-	}
-	add := func(k, v string) {
-		if v != "" {
-			f[k] = structpb.NewStringValue(v)
-		}
-	}
-	add("server_id", d.serverID)
-	add("tool", d.tool)
-	add("schema_digest", d.digest)
-	add("policy_digest", d.policyDigest)
+	epoch := ""
 	if d.snapshot != nil {
-		add("epoch", d.snapshot.Epoch)
+		epoch = d.snapshot.Epoch
+	}
+	fields := [...]struct{ k, v string }{
+		{"decision", verdict}, {"reason", reason},
+		{"server_id", d.serverID}, {"tool", d.tool},
+		{"schema_digest", d.digest}, {"policy_digest", d.policyDigest},
+		{"epoch", epoch},
+	}
+	// One allocation for all the values rather than two for each: this is
+	// on every request.
+	var vals [len(fields)]struct {
+		v structpb.Value
+		s structpb.Value_StringValue
+	}
+	f := make(map[string]*structpb.Value, len(fields))
+	for i, kv := range fields {
+		if kv.v == "" {
+			continue
+		}
+		vals[i].s.StringValue = kv.v
+		vals[i].v.Kind = &vals[i].s
+		f[kv.k] = &vals[i].v
 	}
 	return &structpb.Struct{Fields: f}
 }
@@ -84,20 +93,20 @@ func (d *decision) answer() *authv3.CheckResponse {
 	case d.tool != "":
 		// Through handler start: the upstream gets exactly what was
 		// verified, so its handler can check the pin against itself.
-		set = []*corev3.HeaderValueOption{
-			overwrite(HeaderServerID, d.serverID),
-			overwrite(HeaderTool, d.tool),
-			overwrite(HeaderSchemaDigest, d.digest),
-			overwrite(HeaderEffectClass, d.effect.String()),
-			overwrite(HeaderPolicyDigest, d.policyDigest),
-			overwrite(HeaderPrincipal, d.principal),
-			overwrite(HeaderEpoch, d.snapshot.Epoch),
-		}
+		set = overwrite(
+			HeaderServerID, d.serverID,
+			HeaderTool, d.tool,
+			HeaderSchemaDigest, d.digest,
+			HeaderEffectClass, d.effect.String(),
+			HeaderPolicyDigest, d.policyDigest,
+			HeaderPrincipal, d.principal,
+			HeaderEpoch, d.snapshot.Epoch,
+		)
 	case d.snapshot != nil:
-		toClient = []*corev3.HeaderValueOption{
-			overwrite(HeaderEpoch, d.snapshot.Epoch),
-			overwrite(HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339)),
-		}
+		toClient = overwrite(
+			HeaderEpoch, d.snapshot.Epoch,
+			HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339),
+		)
 	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_OK)},
@@ -126,11 +135,25 @@ outer:
 	return out
 }
 
-func overwrite(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, Value: v},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+// overwrite returns headers that replace any the request has, from
+// alternating keys and values. Every header of a response shares one
+// allocation: this is on every request.
+func overwrite(kv ...string) []*corev3.HeaderValueOption {
+	n := len(kv) / 2
+	type header struct {
+		opt corev3.HeaderValueOption
+		val corev3.HeaderValue
 	}
+	hs := make([]header, n)
+	out := make([]*corev3.HeaderValueOption, n)
+	for i := range hs {
+		h := &hs[i]
+		h.val.Key, h.val.Value = kv[2*i], kv[2*i+1]
+		h.opt.Header = &h.val
+		h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		out[i] = &h.opt
+	}
+	return out
 }
 
 // errorBody is the JSON-RPC error object a denied request gets back, for the
@@ -193,12 +216,9 @@ func (d *decision) denied() *authv3.CheckResponse {
 		// happen, and if it did the denial must still stand.
 		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
 	}
-	headers := []*corev3.HeaderValueOption{
-		overwrite(HeaderReason, string(d.fail.Reason)),
-		overwrite("content-type", "application/json"),
-	}
+	headers := overwrite(HeaderReason, string(d.fail.Reason), "content-type", "application/json")
 	if d.fail.Reason.Drift() {
-		headers = append(headers, overwrite(HeaderDrift, string(d.fail.Reason)))
+		headers = overwrite(HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
 	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
