@@ -143,7 +143,10 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		// arguments may hold personal data, and the digest still proves
 		// which arguments a decision saw.
 		sum := sha256.Sum256(d.arguments)
-		ev = ev.Str("arguments_digest", "sha256:"+hex.EncodeToString(sum[:]))
+		var text [len("sha256:") + 2*sha256.Size]byte
+		copy(text[:], "sha256:")
+		hex.Encode(text[len("sha256:"):], sum[:])
+		ev = ev.Bytes("arguments_digest", text[:])
 	}
 	if d.snapshot != nil {
 		ev = ev.Str("epoch", d.snapshot.Epoch).Time("valid_until", d.snapshot.ValidUntil)
