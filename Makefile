@@ -40,7 +40,7 @@ bench-smoke:
 # Every fuzz target for a few seconds beyond its committed corpus (which
 # plain go test already replays); what they find is fixed and added there.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := mcpparse:FuzzParse mcpparse:FuzzCheckJSON mcpparse:FuzzToolDigest policy:FuzzParse extauthz:FuzzCheck
+FUZZ_TARGETS := mcpparse:FuzzParse mcpparse:FuzzCheckJSON mcpparse:FuzzDecodeObject mcpparse:FuzzToolDigest policy:FuzzParse extauthz:FuzzCheck argschema:FuzzDecimal argschema:FuzzDirectAgreesWithEngine
 fuzz-smoke:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; \
