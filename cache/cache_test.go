@@ -20,10 +20,7 @@ func newStore(t *testing.T) *Memory {
 
 func snapshot(principal, server, session string, ttl time.Duration, pins ...Pin) *Snapshot {
 	s := &Snapshot{Epoch: NewEpoch(), Principal: principal, ServerID: server, Session: session,
-		ObservedAt: time.Now(), ValidUntil: time.Now().Add(ttl), Pins: map[string]Pin{}}
-	for _, p := range pins {
-		s.Pins[p.ToolID] = p
-	}
+		ObservedAt: time.Now(), ValidUntil: time.Now().Add(ttl), Pins: pins}
 	return s
 }
 

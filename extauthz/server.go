@@ -319,7 +319,6 @@ func (s *Server) mint(d *decision) *deny.Error {
 	snap := &cache.Snapshot{
 		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
 		ObservedAt: now, ValidUntil: now.Add(s.ttl), CatalogGeneration: list.Generation,
-		Pins: map[string]cache.Pin{},
 	}
 	r := s.rules.Load()
 	for name, t := range list.Tools {
@@ -327,7 +326,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 		if err != nil || (r.Lock != nil && !r.Lock.Approved(d.serverID, name, t.Digest)) {
 			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
-		snap.Pins[name] = cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest}
+		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest})
 	}
 	if err := s.snapshots.Put(snap); err != nil {
 		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
@@ -364,7 +363,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if now := s.now(); !now.Before(snap.ValidUntil) {
 		return deny.Errorf(deny.SnapshotExpired, "snapshot %s expired at %s", snap.Epoch, snap.ValidUntil.UTC().Format(time.RFC3339))
 	}
-	pin, pinned := snap.Pins[d.tool]
+	pin, pinned := snap.Pin(d.tool)
 	if !pinned {
 		return s.whyNotPinned(d, r, list, catalogFail)
 	}
