@@ -2,9 +2,14 @@ package extauthz
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"testing"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/cache"
@@ -67,4 +72,113 @@ func BenchmarkMint(b *testing.B) {
 			b.Fatal("denied")
 		}
 	}
+}
+
+// BenchmarkCheckCatalogSize is the allowed Check against catalogs of 10,
+// 225 and 100,000 tools (the seed's two among fillers the policy does not
+// grant): a call's cost must not grow with the catalog it is checked in.
+func BenchmarkCheckCatalogSize(b *testing.B) {
+	seed, err := os.ReadFile("testdata/pack/catalog.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var result struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(seed, &result); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{10, 225, 100_000} {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			f := packFixture(b, discardAudit)
+			tools := append([]json.RawMessage(nil), result.Tools...)
+			for i := len(tools); i < n; i++ {
+				tools = append(tools, json.RawMessage(fmt.Sprintf(`{"name":"filler_%06d","description":"One of many.","inputSchema":{"type":"object","properties":{"id":{"type":"string"}}}}`, i)))
+			}
+			f.billing.publish(tools, nil)
+			if list, _, err := f.catalog.Lookup("billing"); err != nil || len(list.Tools) != n {
+				b.Fatalf("the catalog holds %d tools (%v), want %d", len(list.Tools), err, n)
+			}
+			f.list(b, support, "billing", nil)
+			f.call(b, argsCall("lookup_order", lookup))
+			req := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`).request()
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, _ := f.Check(ctx, req)
+				if resp.GetOkResponse() == nil {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSnapshotsLive mints n snapshots, one per agent session, then
+// measures a Check against one of them, picked in turn, and reports the
+// heap each live snapshot costs (store, pins, indexes and all). The
+// million is skipped under -short, as make bench-smoke runs it.
+func BenchmarkSnapshotsLive(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("snapshots=%d", n), func(b *testing.B) {
+			if testing.Short() && n > 100_000 {
+				b.Skip("a million snapshots take a minute to mint; make bench runs them")
+			}
+			before := liveHeap()
+			store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: int64(n)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(store.Close)
+			f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots = store })
+			ctx := context.Background()
+			epochs := make([]string, n)
+			for i := range epochs {
+				list := checkCase{Principal: support, Body: listBody, Headers: map[string]string{"mcp-session-id": fmt.Sprintf("session-%07d", i)}}
+				resp, _ := f.Check(ctx, list.request())
+				if resp.GetOkResponse() == nil {
+					b.Fatalf("mint %d of %d denied: %s", i, n, resp.GetDeniedResponse().GetBody())
+				}
+				epochs[i] = responseHeader(resp, HeaderEpoch)
+			}
+			if held := store.Held(); held != int64(n) {
+				b.Fatalf("the store holds %d of %d snapshots", held, n)
+			}
+			perSnapshot := float64(liveHeap()-before) / float64(n)
+			reqs := make([]*authv3.CheckRequest, 1024)
+			for i := range reqs {
+				c := argsCall("lookup_order", lookup)
+				c.Headers = map[string]string{HeaderEpoch: epochs[(i*7919)%n]}
+				reqs[i] = c.request()
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				resp, _ := f.Check(ctx, reqs[i%len(reqs)])
+				if resp.GetOkResponse() == nil {
+					b.Fatalf("denied: %s", resp.GetDeniedResponse().GetBody())
+				}
+				i++
+			}
+			b.ReportMetric(perSnapshot, "B/snapshot")
+			runtime.KeepAlive(epochs)
+		})
+	}
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func responseHeader(resp *authv3.CheckResponse, key string) string {
+	for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
+		if h.GetHeader().GetKey() == key {
+			return h.GetHeader().GetValue()
+		}
+	}
+	return ""
 }
