@@ -35,7 +35,7 @@ e2e: envoy
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
 # their figures and assert none.
 bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime 100x -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchtime 100x -benchmem -short ./...
 
 # Every fuzz target for a few seconds beyond its committed corpus (which
 # plain go test already replays); what they find is fixed and added there.
