@@ -11,6 +11,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
@@ -33,8 +34,11 @@ type Constraint struct {
 	// Message, when set, is shown to a caller the constraint denies.
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`
 
-	prog  cel.Program
-	field string
+	prog cel.Program
+	// costTracked is whether evaluation counts cost against
+	// MaxConstraintCost: only if it could exceed it.
+	costTracked bool
+	field       string
 	// argFields are the args.X fields the expression reads outright
 	// (not under has()), for Lint.
 	argFields []string
@@ -129,16 +133,32 @@ func compileConstraint(c Constraint) (*Constraint, error) {
 	if t := checked.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("%q is of type %s, want bool (compare explicitly, e.g. args.flag == true)", c.Expr, t)
 	}
-	prog, err := env.Program(checked,
-		cel.CostLimit(MaxConstraintCost),
-		// Folds constants, e.g. turns "x in [...]" into a set lookup.
-		cel.EvalOptions(cel.OptOptimize),
-	)
+	// Folds constants, e.g. turns "x in [...]" into a set lookup.
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	// Tracking cost at run time is a third of an ordinary constraint's
+	// evaluation. A constraint whose worst case, over arguments of any
+	// size (the estimate assumes unbounded ones), is within the limit
+	// cannot exceed it, so only the others are tracked.
+	est, err := env.EstimateCost(checked, unsized{})
+	tracked := err != nil || est.Max > MaxConstraintCost
+	if tracked {
+		opts = append(opts, cel.CostLimit(MaxConstraintCost))
+	}
+	prog, err := env.Program(checked, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Constraint{Name: c.Name, Expr: c.Expr, Message: c.Message, prog: prog, argFields: argFields(checked)}, nil
+	return &Constraint{Name: c.Name, Expr: c.Expr, Message: c.Message, prog: prog, costTracked: tracked, argFields: argFields(checked)}, nil
 }
+
+// unsized knows nothing of sizes or calls, so the estimate takes each
+// argument to be as large as can be.
+type unsized struct{}
+
+func (unsized) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+func (unsized) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 
 // argFields lists the fields of args an expression reads without ever
 // testing them with has(): those that make it fail on a call without them.

@@ -151,3 +151,30 @@ func TestConstraintCheckConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestCostTrackedOnlyWhenItCouldExceed: a constraint is evaluated without
+// the run-time cost limit only when its estimated worst case, over
+// arguments of any size, is within it.
+func TestCostTrackedOnlyWhenItCouldExceed(t *testing.T) {
+	tests := []struct {
+		expr    string
+		tracked bool
+	}{
+		{"args.amount <= 250", false},
+		{"args.reason_code in ['duplicate_charge', 'damaged']", false},
+		{"principal == 'spiffe://acme/agent/support-refund' && args.amount > 0", false},
+		{"args.s.matches('^(a|b)*c$')", true},
+		{"args.s.startsWith(args.t)", true},
+		{"args.items.all(i, i <= 100)", true},
+		{"size(args.note) < 200", false},
+	}
+	for _, tt := range tests {
+		c, err := compileConstraint(Constraint{Name: "c", Expr: tt.expr})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.expr, err)
+		}
+		if c.costTracked != tt.tracked {
+			t.Errorf("%s: cost tracked = %v, want %v", tt.expr, c.costTracked, tt.tracked)
+		}
+	}
+}
