@@ -1,7 +1,9 @@
 package mcpparse
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +41,29 @@ func BenchmarkToolDigest(b *testing.B) {
 	for b.Loop() {
 		if _, _, err := ToolDigest(def); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkToolsDigests digests a whole tools/list result of 225 tools, as
+// the catalog does on every refresh and list_changed.
+func BenchmarkToolsDigests(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"tools":[`)
+	for i := range 225 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"name":"tool_%03d","description":"Tool number %d.","inputSchema":{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"number","maximum":250}},"required":["id"]},"annotations":{"readOnlyHint":true}}`, i, i)
+	}
+	sb.WriteString(`]}`)
+	list := []byte(sb.String())
+	b.SetBytes(int64(len(list)))
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := ToolsDigests(list)
+		if err != nil || len(got) != 225 {
+			b.Fatalf("%d digests, %v", len(got), err)
 		}
 	}
 }
