@@ -85,11 +85,23 @@ type Process struct {
 // Start runs bin with args. Output goes to a buffer (Output) and, if tee is
 // not nil, to tee as well.
 func Start(name, bin string, args []string, tee io.Writer) (*Process, error) {
-	p := &Process{Name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	var w io.Writer = p.out
+	out := &syncBuffer{}
+	var w io.Writer = out
 	if tee != nil {
-		w = io.MultiWriter(p.out, tee)
+		w = io.MultiWriter(out, tee)
 	}
+	return start(name, bin, args, out, w)
+}
+
+// StartTo runs bin with args like Start, but sends its output only to w
+// and keeps none of it (Output is empty): a benchmark's processes print a
+// line per request, which would grow a buffer without bound.
+func StartTo(name, bin string, args []string, w io.Writer) (*Process, error) {
+	return start(name, bin, args, nil, w)
+}
+
+func start(name, bin string, args []string, out *syncBuffer, w io.Writer) (*Process, error) {
+	p := &Process{Name: name, out: out, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	// Its own process group, so that stopping it never signals us.
@@ -101,8 +113,17 @@ func Start(name, bin string, args []string, tee io.Writer) (*Process, error) {
 	return p, nil
 }
 
-// Output is everything the process printed so far.
-func (p *Process) Output() string { return p.out.String() }
+// Output is everything the process printed so far, or "" if it was
+// started with StartTo.
+func (p *Process) Output() string {
+	if p.out == nil {
+		return ""
+	}
+	return p.out.String()
+}
+
+// Pid is the process's id, to read its CPU time and memory from /proc.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
