@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/capsnap/capsnap/bench/mcpload"
+	"github.com/capsnap/capsnap/bench/report"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// The load through Envoy: fixed workers, each bounded by count and time.
+const (
+	envoyWorkers   = 16
+	envoyPerWorker = 5000
+	envoyWarmup    = time.Second
+)
+
+// throughEnvoy posts MCP tools/call refunds through the real Envoy to
+// billing, with no ext_authz, with ext_authz to the floor and with
+// ext_authz to capsnap: three Envoys, identical but for the filter, each
+// with its own warm sessions. refund, not lookup_order, because it is the
+// call the gRPC cases measure and capsnap's most expensive allowed path
+// (its schema, two CEL constraints and the sequence rule).
+//
+// The modes take turns, in the order A B C C B A, each turn half of a
+// mode's run: a machine that gets busier or quieter during the step
+// weighs on every mode alike.
+func (h *harness) throughEnvoy(ctx context.Context) error {
+	method := &h.results.Method
+	method.EnvoyWorkers, method.EnvoyPerWorker, method.EnvoyRun, method.EnvoyWarmup = envoyWorkers, envoyPerWorker, h.o.envoyRun, envoyWarmup
+	method.EnvoyCall = "refund"
+
+	// Without pins: only capsnap sends them, and billing's handler-start
+	// check would refuse every call of the other two modes.
+	billing, billingURL, err := h.startBilling(ctx, "billing-envoy", false)
+	if err != nil {
+		return err
+	}
+	defer h.stop(billing)
+	cs, err := h.startCapsnap(ctx, "capsnap-envoy", billingURL, "{source: header, insecure_header: true}")
+	if err != nil {
+		return err
+	}
+	defer h.stop(cs.server)
+	noop, noopAddr, err := h.startNoop("noop-envoy")
+	if err != nil {
+		return err
+	}
+	defer h.stop(noop)
+	_, closeConn, err := dialCheck(ctx, noopAddr, checkRequest(refundBody, ""), noop)
+	if err != nil {
+		return err
+	}
+	closeConn()
+	_, denied, err := cs.decisions(ctx)
+	if err != nil {
+		return err
+	}
+
+	authz := map[string]string{report.ModeNone: "", report.ModeFloor: noopAddr, report.ModeCapsnap: cs.grpcAddr}
+	modes := map[string]*envoyMode{}
+	for _, mode := range report.Modes {
+		m, err := h.startMode(ctx, mode, billingURL, authz[mode])
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
+		}
+		defer m.close(h)
+		modes[mode] = m
+	}
+	samples := map[string][]mcpload.Sample{}
+	for _, mode := range append(slices.Clone(report.Modes), reversed(report.Modes)...) {
+		s, err := modes[mode].measure(ctx, h.o.envoyRun/2, envoyPerWorker/2)
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
+		}
+		samples[mode] = append(samples[mode], s)
+	}
+	if _, after, err := cs.decisions(ctx); err != nil || after != denied {
+		return fmt.Errorf("capsnap denied %.0f requests during the runs (%v): the figures would include denials", after-denied, err)
+	}
+	for _, mode := range report.Modes {
+		res := mcpload.Summarize(samples[mode]...)
+		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res})
+		h.logf("   %-20s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
+	}
+	return nil
+}
+
+// envoyMode is one Envoy and the warm sessions that load it.
+type envoyMode struct {
+	envoy  *server
+	runner *mcpload.Runner
+}
+
+// startMode starts the Envoy of mode and opens and warms its sessions.
+func (h *harness) startMode(ctx context.Context, mode, billingURL, authz string) (*envoyMode, error) {
+	envoy, url, err := h.startEnvoy(ctx, mode, billingURL, authz)
+	if err != nil {
+		return nil, err
+	}
+	load := mcpload.Load{
+		URL: url, Header: map[string]string{testbed.PrincipalHeader: agent},
+		Setup: []byte(lookupBody), Call: []byte(refundBody),
+		Workers: envoyWorkers, Warmup: envoyWarmup,
+	}
+	r, err := load.Start(ctx)
+	if err != nil {
+		h.stop(envoy)
+		return nil, err
+	}
+	return &envoyMode{envoy: envoy, runner: r}, nil
+}
+
+// measure is one turn of the mode's load; its Envoy must outlive it.
+func (m *envoyMode) measure(ctx context.Context, d time.Duration, perWorker int) (mcpload.Sample, error) {
+	s, err := m.runner.Measure(ctx, d, perWorker)
+	if err == nil {
+		err = m.envoy.gone()
+	}
+	return s, err
+}
+
+func (m *envoyMode) close(h *harness) {
+	m.runner.Close()
+	h.stop(m.envoy)
+}
+
+func reversed(s []string) []string {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
+}
+
+// startEnvoy runs Envoy in front of billing, its ext_authz filter pointed
+// at authz (none if ""), and returns it with its route to billing.
+func (h *harness) startEnvoy(ctx context.Context, mode, billingURL, authz string) (*server, string, error) {
+	ports, err := envoyPorts(billingURL, authz)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg := testbed.EnvoyConfig(ports)
+	if authz == "" {
+		if cfg, err = withoutExtAuthz(cfg); err != nil {
+			return nil, "", err
+		}
+	}
+	name := map[string]string{report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap"}[mode]
+	path := filepath.Join(h.work, name+".yaml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return nil, "", err
+	}
+	// Without hot restart there is no shared memory: three Envoys run
+	// side by side.
+	envoy, err := h.start(name, h.envoy, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := h.waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", ports.EnvoyAdmin), envoy); err != nil {
+		return envoy, "", err
+	}
+	return envoy, fmt.Sprintf("http://127.0.0.1:%d/billing/mcp", ports.Envoy), nil
+}
+
+// envoyPorts are envoy/demo.yaml's ports for this run: fresh ones for
+// Envoy, billing's, and authz's for the ext_authz cluster.
+func envoyPorts(billingURL, authz string) (testbed.Ports, error) {
+	var p testbed.Ports
+	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.Payments, &p.GRPC} {
+		n, err := testbed.FreePort()
+		if err != nil {
+			return p, err
+		}
+		*f = n
+	}
+	u, err := url.Parse(billingURL)
+	if err != nil {
+		return p, err
+	}
+	if p.Billing, err = strconv.Atoi(u.Port()); err != nil {
+		return p, err
+	}
+	if authz != "" {
+		_, port, err := net.SplitHostPort(authz)
+		if err != nil {
+			return p, err
+		}
+		if p.GRPC, err = strconv.Atoi(port); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// extAuthzFilter is the filter's name in envoy/demo.yaml.
+const extAuthzFilter = "envoy.filters.http.ext_authz"
+
+// withoutExtAuthz is an Envoy configuration without its ext_authz HTTP
+// filter, and otherwise the same; the routes' per-filter settings for it
+// stay, unused.
+func withoutExtAuthz(cfg []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(cfg, &doc); err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	removed := 0
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == "http_filters" && n.Content[i+1].Kind == yaml.SequenceNode {
+					removed += dropNamed(n.Content[i+1], extAuthzFilter)
+				}
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	if removed != 1 {
+		return nil, fmt.Errorf("envoy config: found %d %s filters, want 1", removed, extAuthzFilter)
+	}
+	return yaml.Marshal(&doc)
+}
+
+// dropNamed removes from seq every mapping whose name is name.
+func dropNamed(seq *yaml.Node, name string) int {
+	kept := seq.Content[:0]
+	dropped := 0
+	for _, item := range seq.Content {
+		if item.Kind == yaml.MappingNode && mappingValue(item, "name") == name {
+			dropped++
+			continue
+		}
+		kept = append(kept, item)
+	}
+	seq.Content = kept
+	return dropped
+}
+
+func mappingValue(m *yaml.Node, key string) string {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1].Value
+		}
+	}
+	return ""
+}

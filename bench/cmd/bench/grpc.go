@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/proc"
+	"github.com/capsnap/capsnap/bench/report"
+)
+
+// Concurrencies of the Check over gRPC.
+var concurrencies = []int{1, 16, 64}
+
+// ghz run sizes: a fixed warm-up, and measured runs sized from its rate,
+// within these bounds.
+const (
+	warmupRequests = 2000
+	minRequests    = 1000
+	maxRequests    = 500_000
+)
+
+// grpcTarget is one server under ghz.
+type grpcTarget struct {
+	name   string
+	addr   string
+	proc   *server
+	client authv3.AuthorizationClient
+	// capsnap is set for capsnap, whose metrics then prove that it
+	// allowed every request of a run.
+	capsnap *capsnapServer
+}
+
+// checkOverGRPC loads capsnap, the floor and OPA-Envoy with the same
+// allowed refund CheckRequest at every concurrency, the three servers
+// taking turns at each so that a noisy spell hits them alike.
+func (h *harness) checkOverGRPC(ctx context.Context) error {
+	h.results.Method.Concurrencies = concurrencies
+	h.results.Method.GRPCRun = h.o.grpcRun
+	h.results.Method.GRPCWarmup = warmupRequests
+	h.results.Method.RequestBody = refundBody
+
+	var done cleanups
+	defer done.run()
+	billing, billingURL, err := h.startBilling(ctx, "billing-grpc", true)
+	if err != nil {
+		return err
+	}
+	done.add(func() { h.stop(billing) })
+	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, &done)
+	if err != nil {
+		return err
+	}
+	// The refund under the snapshot capsnap minted, which OPA's data
+	// names too.
+	req := checkRequest(refundBody, epoch)
+	floor, err := h.floorTarget(ctx, req, &done)
+	if err != nil {
+		return err
+	}
+	opa, err := h.opaTarget(ctx, req, epoch, &done)
+	if err != nil {
+		return err
+	}
+	targets := []grpcTarget{capsnap, floor, opa}
+	files, err := h.ghzFiles(req)
+	if err != nil {
+		return err
+	}
+	for _, c := range concurrencies {
+		runs, err := h.concurrency(ctx, targets, c, files, req)
+		if err != nil {
+			return fmt.Errorf("concurrency %d: %w", c, err)
+		}
+		for _, run := range runs {
+			h.results.GRPC = append(h.results.GRPC, run)
+			h.logf("   %-13s c=%-3d %8.0f Checks/s  p50 %-9s p99 %-9s CPU/Check %s", run.Server, c, run.RPS,
+				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck))
+		}
+	}
+	return nil
+}
+
+// capsnapTarget starts capsnap, mints a snapshot with its first Check
+// (tools/list) and checks that it denies what the policy forbids.
+func (h *harness) capsnapTarget(ctx context.Context, billingURL string, done *cleanups) (grpcTarget, string, error) {
+	cs, err := h.startCapsnap(ctx, "capsnap-grpc", billingURL, "{source: mtls}")
+	if err != nil {
+		return grpcTarget{}, "", err
+	}
+	done.add(func() { h.stop(cs.server) })
+	client, closeConn, err := dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server)
+	if err != nil {
+		return grpcTarget{}, "", err
+	}
+	done.add(closeConn)
+	epoch, err := mint(ctx, client)
+	if err == nil {
+		err = mustDeny(ctx, client, epoch)
+	}
+	if err != nil {
+		return grpcTarget{}, "", fmt.Errorf("capsnap: %w", err)
+	}
+	return grpcTarget{name: report.Capsnap, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs}, epoch, nil
+}
+
+// floorTarget starts the do-nothing server.
+func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest, done *cleanups) (grpcTarget, error) {
+	noop, addr, err := h.startNoop("noop-grpc")
+	if err != nil {
+		return grpcTarget{}, err
+	}
+	done.add(func() { h.stop(noop) })
+	client, closeConn, err := dialCheck(ctx, addr, req, noop)
+	if err != nil {
+		return grpcTarget{}, err
+	}
+	done.add(closeConn)
+	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client}, nil
+}
+
+// opaTarget starts OPA-Envoy with its data's snapshot under epoch, and
+// checks that it allows req and denies what the policy forbids.
+func (h *harness) opaTarget(ctx context.Context, req *authv3.CheckRequest, epoch string, done *cleanups) (grpcTarget, error) {
+	p, addr, err := h.startOPA(ctx, epoch)
+	if err != nil {
+		return grpcTarget{}, err
+	}
+	done.add(func() { h.stop(p) })
+	client, closeConn, err := dialCheck(ctx, addr, req, p)
+	if err != nil {
+		return grpcTarget{}, fmt.Errorf("OPA-Envoy does not allow the benchmark's request: %w", err)
+	}
+	done.add(closeConn)
+	if err := mustDeny(ctx, client, epoch); err != nil {
+		return grpcTarget{}, fmt.Errorf("OPA-Envoy: %w", err)
+	}
+	return grpcTarget{name: report.OPA, addr: addr, proc: p, client: client}, nil
+}
+
+// verifyCapsnap checks, from capsnap's own metrics, that it allowed
+// exactly the n requests of a run and denied none.
+func verifyCapsnap(ctx context.Context, cs *capsnapServer, before [2]float64, n int) error {
+	allow, deny, err := cs.decisions(ctx)
+	if err != nil {
+		return err
+	}
+	if d := deny - before[1]; d != 0 {
+		return fmt.Errorf("capsnap denied %.0f requests during the run: the figures would include denials", d)
+	}
+	if a := allow - before[0]; a != float64(n) {
+		return fmt.Errorf("capsnap allowed %.0f requests during a run of %d", a, n)
+	}
+	return nil
+}
+
+// ghzInput are the files ghz reads: the protoset and the request.
+type ghzInput struct{ protoset, data string }
+
+// ghzFiles writes the protoset and req as protojson: the same bytes are
+// sent to every server.
+func (h *harness) ghzFiles(req *authv3.CheckRequest) (ghzInput, error) {
+	ps, err := ghz.Protoset()
+	if err != nil {
+		return ghzInput{}, err
+	}
+	data, err := protojson.Marshal(req)
+	if err != nil {
+		return ghzInput{}, err
+	}
+	in := ghzInput{protoset: filepath.Join(h.work, "external_auth.protoset"), data: filepath.Join(h.o.out, "check-request.json")}
+	if err := os.WriteFile(in.protoset, ps, 0o644); err != nil {
+		return in, err
+	}
+	return in, os.WriteFile(in.data, data, 0o644)
+}
+
+// concurrency measures every target at concurrency c. Each is first
+// checked from Go (the Check must be allowed) and warmed up; then the
+// targets take turns in the order A B C C B A, each turn half of a
+// target's run, so that a machine that gets busier or quieter weighs on
+// every server alike. Each run is sized from its target's warm-up rate
+// to take about grpcRun.
+func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
+	runs := make([]report.GRPCRun, len(targets))
+	reports := make([][]ghz.Report, len(targets))
+	half := make([]int, len(targets))
+	for i, t := range targets {
+		n, err := h.warmUp(ctx, t, c, in, req)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.name, err)
+		}
+		half[i] = max(n/2, minRequests/2)
+		runs[i] = report.GRPCRun{Server: t.name, Concurrency: c}
+	}
+	order := make([]int, 0, 2*len(targets))
+	for i := range targets {
+		order = append(order, i)
+	}
+	for i := range targets {
+		order = append(order, len(targets)-1-i)
+	}
+	for _, i := range order {
+		rep, cpu, err := h.turn(ctx, targets[i], c, in, half[i])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
+		}
+		reports[i] = append(reports[i], rep)
+		runs[i].CPU += cpu
+	}
+	for i, t := range targets {
+		// The floor and OPA decide the same request the same way every
+		// time: allowed before and after the run, allowed throughout.
+		if err := checkOnce(ctx, t.client, req); err != nil {
+			return nil, fmt.Errorf("%s: the Check after the run: %w", t.name, err)
+		}
+		mem, err := proc.ReadMemory(t.proc.Pid())
+		if err != nil {
+			return nil, err
+		}
+		runs[i].Report, runs[i].Memory = ghz.Merge(reports[i]...), mem
+		runs[i].CPUPerCheck = runs[i].CPU / time.Duration(runs[i].Count)
+	}
+	return runs, nil
+}
+
+// warmUp checks that t allows req, runs a discarded warm-up, and returns
+// how many requests a run of grpcRun is at its rate.
+func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) (int, error) {
+	if err := checkOnce(ctx, t.client, req); err != nil {
+		return 0, fmt.Errorf("the Check before the run: %w", err)
+	}
+	warm, err := h.ghzRun(t, c, in, warmupRequests).Do(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
+	}
+	return min(max(int(warm.RPS*h.o.grpcRun.Seconds()), minRequests), maxRequests), nil
+}
+
+// turn is one measured ghz run of n requests, with the server's CPU time
+// over it; capsnap's metrics must show that it allowed every one.
+func (h *harness) turn(ctx context.Context, t grpcTarget, c int, in ghzInput, n int) (ghz.Report, time.Duration, error) {
+	if err := t.proc.gone(); err != nil {
+		return ghz.Report{}, 0, err
+	}
+	var before [2]float64
+	var err error
+	if t.capsnap != nil {
+		if before[0], before[1], err = t.capsnap.decisions(ctx); err != nil {
+			return ghz.Report{}, 0, err
+		}
+	}
+	cpu0, err := proc.CPU(t.proc.Pid())
+	if err != nil {
+		return ghz.Report{}, 0, err
+	}
+	rep, err := h.ghzRun(t, c, in, n).Do(ctx)
+	if err != nil {
+		return rep, 0, err
+	}
+	cpu1, err := proc.CPU(t.proc.Pid())
+	if err != nil {
+		return rep, 0, err
+	}
+	if t.capsnap != nil {
+		if err := verifyCapsnap(ctx, t.capsnap, before, rep.Count); err != nil {
+			return rep, 0, err
+		}
+	}
+	return rep, cpu1 - cpu0, nil
+}
+
+// ghzRun is a run of n requests against t. The deadline is generous: a
+// run is sized to take half of grpcRun at the warm-up's rate, and a noisy
+// machine may halve that rate.
+func (h *harness) ghzRun(t grpcTarget, c int, in ghzInput, n int) ghz.Run {
+	return ghz.Run{Bin: h.ghz, Protoset: in.protoset, Data: in.data, Target: t.addr, Concurrency: c,
+		Total: n, Deadline: max(4*h.o.grpcRun, 30*time.Second)}
+}

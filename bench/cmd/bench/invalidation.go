@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/mcpload"
+	"github.com/capsnap/capsnap/bench/report"
+	"github.com/capsnap/capsnap/examples/billing"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// A trial gives up on a drift denial after this long, or this many calls.
+const (
+	trialTimeout  = 5 * time.Second
+	trialMaxPolls = 20_000
+)
+
+// invalidation times, through the real stack, a billing redeploy to the
+// first call capsnap denies as drift.
+func (h *harness) invalidation(ctx context.Context) error {
+	h.results.Method.Trials = h.o.trials
+	stack, err := h.startStack(ctx)
+	if err != nil {
+		return err
+	}
+	defer stack.Close()
+	sess, err := mcpload.Open(ctx, stack.MCPURL(), map[string]string{testbed.PrincipalHeader: agent})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	// Each trial changes refund's definition: away from the baseline and
+	// back to it, in turn.
+	variants := []string{billing.DescriptionEdit, billing.Baseline}
+	inv := &h.results.Invalidation
+	for i := range h.o.trials {
+		t, err := trial(ctx, stack, sess, variants[i%len(variants)])
+		if err != nil {
+			return fmt.Errorf("trial %d: %w", i+1, err)
+		}
+		inv.Trials = append(inv.Trials, t)
+	}
+	summarizeTrials(inv)
+	h.logf("   %d trials: p50 %s, p99 %s, max %s", len(inv.Trials), report.Dur(inv.P50), report.Dur(inv.P99), report.Dur(inv.Max))
+	return nil
+}
+
+// startStack is testbed's stack (Envoy, capsnap, billing and payments),
+// under the demo policy, its files in the work directory.
+func (h *harness) startStack(ctx context.Context) (*testbed.Stack, error) {
+	policy, err := os.ReadFile(demoPolicy)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := testbed.RandomPorts()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(h.work, "stack")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return testbed.StartStack(ctx, testbed.StackOptions{
+		Capsnap: h.capsnap, Billing: h.billing, Envoy: h.envoy, Ports: ports, Dir: dir, Policy: policy,
+		SnapshotTTL: 30 * time.Minute,
+	})
+}
+
+// trial mints a fresh snapshot and proves it allows a refund, then
+// redeploys billing to variant and calls refund until capsnap denies it.
+func trial(ctx context.Context, stack *testbed.Stack, sess *mcpload.Session, variant string) (report.Trial, error) {
+	t := report.Trial{Variant: variant}
+	if _, err := sess.List(ctx); err != nil {
+		return t, err
+	}
+	for _, body := range []string{lookupBody, refundBody} {
+		r, err := sess.Post(ctx, []byte(body))
+		if err != nil {
+			return t, err
+		}
+		if !r.OK() {
+			return t, fmt.Errorf("before the redeploy: %s", r)
+		}
+	}
+	start := time.Now()
+	if err := stack.Redeploy(ctx, "billing", variant); err != nil {
+		return t, err
+	}
+	t.Post = time.Since(start)
+	for t.Polls < trialMaxPolls && time.Since(start) < trialTimeout {
+		r, err := sess.Post(ctx, []byte(refundBody))
+		if err != nil {
+			return t, err
+		}
+		t.Polls++
+		drift := r.Header.Get("x-capability-drift")
+		switch {
+		case drift == "schema_drift":
+			t.Elapsed = time.Since(start)
+			return t, nil
+		case drift != "":
+			return t, fmt.Errorf("drift denial %q, want schema_drift: %s", drift, r)
+		case r.OK():
+			t.Allowed++
+		case r.Reason == "handler_drift":
+			// capsnap had not yet seen the change; billing's own pin check
+			// refused the call at handler start.
+			t.HandlerDrift++
+		default:
+			return t, fmt.Errorf("after the redeploy: %s", r)
+		}
+	}
+	return t, fmt.Errorf("no drift denial after %d calls in %v", t.Polls, time.Since(start).Round(time.Millisecond))
+}
+
+// summarizeTrials fills in inv's figures.
+func summarizeTrials(inv *report.Invalidation) {
+	var d []time.Duration
+	for _, t := range inv.Trials {
+		d = append(d, t.Elapsed)
+	}
+	slices.Sort(d)
+	if len(d) == 0 {
+		return
+	}
+	inv.Min, inv.Max = d[0], d[len(d)-1]
+	inv.P50, inv.P99 = mcpload.Percentile(d, 50), mcpload.Percentile(d, 99)
+}

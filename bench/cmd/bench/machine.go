@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/report"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// Pinned peer versions; the Makefile's peers target installs these.
+const (
+	ghzModule      = "github.com/bojand/ghz"
+	ghzVersion     = "v0.93.0"
+	opaEnvoyModule = "github.com/open-policy-agent/opa-envoy-plugin"
+	opaVersion     = "1.15.2-envoy"
+)
+
+// findBinaries finds every binary the run needs, or says how to get it.
+func (h *harness) findBinaries(context.Context) error {
+	for _, b := range []struct {
+		path *string
+		file string
+		how  string
+	}{
+		{&h.capsnap, filepath.Join(h.o.bin, "capsnap"), "make bench builds it"},
+		{&h.billing, filepath.Join(h.o.bin, "billing"), "make bench builds it"},
+		{&h.noop, filepath.Join(h.o.bin, "noop"), "make bench builds it from bench/noop"},
+		{&h.ghz, filepath.Join(h.o.peers, "ghz"), "make peers installs it"},
+		{&h.opaEnvoy, filepath.Join(h.o.peers, "opa_envoy"), "make peers builds it"},
+	} {
+		abs, err := filepath.Abs(b.file)
+		if err != nil {
+			return err
+		}
+		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("missing %s (%s)", abs, b.how)
+		}
+		*b.path = abs
+	}
+	if err := checkPeers(h.ghz, h.opaEnvoy); err != nil {
+		return err
+	}
+	envoy := h.o.envoy
+	if envoy == "" {
+		var err error
+		if envoy, err = testbed.FindEnvoy(); err != nil {
+			return fmt.Errorf("%w (make envoy installs it)", err)
+		}
+	}
+	h.envoy = envoy
+	return nil
+}
+
+// checkPeers refuses peers at other versions than the pinned ones: their
+// figures would not be the ones BENCHMARKS.md says they are.
+func checkPeers(ghz, opaEnvoy string) error {
+	if v, err := moduleVersion(ghz); err != nil || v != ghzVersion {
+		return fmt.Errorf("%s is not %s %s (%q, %v): run make peers", ghz, ghzModule, ghzVersion, v, err)
+	}
+	out, err := exec.Command(opaEnvoy, "version").Output()
+	if err != nil || !strings.Contains(string(out), "Version: "+opaVersion+"\n") {
+		return fmt.Errorf("%s is not opa-envoy-plugin %s (%v): run make peers", opaEnvoy, opaVersion, err)
+	}
+	return nil
+}
+
+// moduleVersion is the version of the main module bin was built from.
+func moduleVersion(bin string) (string, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	return info.Main.Version, nil
+}
+
+// depVersion is the version of module dep inside bin.
+func depVersion(bin, dep string) string {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "?"
+	}
+	for _, d := range info.Deps {
+		if d.Path == dep {
+			return d.Version
+		}
+	}
+	return "?"
+}
+
+func (h *harness) describeMachine(context.Context) error {
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	envoyVersion, err := testbed.EnvoyVersion(h.envoy)
+	if err != nil {
+		return err
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	load, _ := os.ReadFile("/proc/loadavg")
+	h.results.Machine = machineOf(goVersion, envoyVersion, kernel, load, h)
+	h.logf("   %s, %d cores, kernel %s, %s", h.results.Machine.CPU, h.results.Machine.Cores, h.results.Machine.Kernel, h.results.Machine.Go)
+	return nil
+}
+
+func machineOf(goVersion []byte, envoyVersion string, kernel, load []byte, h *harness) report.Machine {
+	f := strings.Fields(string(load))
+	loadAvg := "?"
+	if len(f) >= 3 {
+		loadAvg = strings.Join(f[:3], " ")
+	}
+	return report.Machine{
+		CPU:     cpuModel(),
+		Cores:   runtime.NumCPU(),
+		Kernel:  strings.TrimSpace(string(kernel)),
+		Go:      strings.TrimSpace(string(goVersion)),
+		Envoy:   envoyRelease(envoyVersion),
+		OPA:     fmt.Sprintf("opa-envoy-plugin %s (OPA %s)", opaVersion, depVersion(h.opaEnvoy, "github.com/open-policy-agent/opa")),
+		Ghz:     "ghz " + ghzVersion,
+		Date:    h.started.UTC().Format(time.RFC3339),
+		LoadAvg: loadAvg,
+	}
+}
+
+// envoyRelease shortens Envoy's version line ("/path/to/envoy  version:
+// <sha>/1.40.0/Clean/RELEASE/BoringSSL") to its release.
+func envoyRelease(line string) string {
+	_, v, ok := strings.Cut(line, "version: ")
+	if parts := strings.Split(strings.TrimSpace(v), "/"); ok && len(parts) > 1 {
+		return "Envoy " + parts[1]
+	}
+	return line
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}

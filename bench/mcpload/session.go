@@ -1,0 +1,206 @@
+// Package mcpload drives MCP tools/call load through Envoy on raw HTTP,
+// as e2e/hostile_test.go speaks it: each worker opens its own session
+// (initialize, notifications/initialized, tools/list, which mints
+// capsnap's snapshot), then posts the same call again and again. Raw
+// requests keep the load generator cheap and every byte on the wire
+// known; every answer is still read in full and judged.
+package mcpload
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// ProtocolVersion is the MCP version the sessions speak: one message per
+// POST, with a session (so each worker has a snapshot of its own).
+const ProtocolVersion = "2025-06-18"
+
+// EpochHeader is where capsnap returns the snapshot epoch at tools/list,
+// and where a call names it.
+const EpochHeader = "x-capsnap-epoch"
+
+// Session is one open MCP session.
+type Session struct {
+	client *http.Client
+	url    string
+	// header is sent with every request: the caller's (the principal) and
+	// the session's own.
+	header http.Header
+}
+
+// Open starts a session on url (Envoy's route to the MCP server) sending
+// header with every request, and lists tools once.
+func Open(ctx context.Context, url string, header map[string]string) (*Session, error) {
+	s := &Session{
+		// One connection per session, kept alive: a worker is one agent.
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
+		url:    url,
+		header: http.Header{},
+	}
+	for k, v := range header {
+		s.header.Set(k, v)
+	}
+	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"capsnap-bench","version":"1"}}}`, ProtocolVersion)
+	r, err := s.Post(ctx, []byte(init))
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK() || r.Header.Get("Mcp-Session-Id") == "" {
+		return nil, fmt.Errorf("initialize: %s", r)
+	}
+	s.header.Set("Mcp-Session-Id", r.Header.Get("Mcp-Session-Id"))
+	s.header.Set("Mcp-Protocol-Version", ProtocolVersion)
+	if r, err = s.Post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		return nil, err
+	}
+	if r.Status/100 != 2 {
+		return nil, fmt.Errorf("notifications/initialized: %s", r)
+	}
+	if _, err := s.List(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// List lists tools, and so mints a new snapshot where capsnap decides;
+// later calls name its epoch. The epoch is "" without capsnap.
+func (s *Session) List(ctx context.Context) (string, error) {
+	s.header.Del(EpochHeader)
+	r, err := s.Post(ctx, []byte(`{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{}}`))
+	if err != nil {
+		return "", err
+	}
+	if !r.OK() {
+		return "", fmt.Errorf("tools/list: %s", r)
+	}
+	epoch := r.Header.Get(EpochHeader)
+	if epoch != "" {
+		s.header.Set(EpochHeader, epoch)
+	}
+	return epoch, nil
+}
+
+// Reply is what an MCP POST came back with.
+type Reply struct {
+	Status int
+	Header http.Header
+	// Error is the JSON-RPC error's message, or the text of a tool
+	// result that is an error; "" when the request succeeded.
+	Error string
+	// Reason is the refusal's stable reason: capsnap's x-capsnap-reason
+	// header, or the JSON-RPC error's data.reason (pincheck's
+	// handler_drift).
+	Reason string
+}
+
+// OK is a 2xx answer that is not an error.
+func (r Reply) OK() bool { return r.Status/100 == 2 && r.Error == "" }
+
+func (r Reply) String() string {
+	s := fmt.Sprintf("HTTP %d", r.Status)
+	if r.Reason != "" {
+		s += ", reason " + r.Reason
+	}
+	if r.Error != "" {
+		s += ": " + r.Error
+	}
+	return s
+}
+
+// Post sends one JSON-RPC message on the session and reads the whole
+// answer. An error is a transport failure; an answer that refuses the
+// request is a Reply that is not OK.
+func (s *Session) Post(ctx context.Context, body []byte) (Reply, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return Reply{}, err
+	}
+	req.Header = s.header.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Reply{}, fmt.Errorf("POST %s: %w", s.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Reply{}, fmt.Errorf("POST %s: %w", s.url, err)
+	}
+	r := Reply{Status: resp.StatusCode, Header: resp.Header}
+	r.Error, r.Reason = replyError(resp.Header.Get("Content-Type"), b)
+	if r.Status/100 != 2 && r.Error == "" {
+		r.Error = strings.TrimSpace(string(b))
+	}
+	if reason := resp.Header.Get("x-capsnap-reason"); reason != "" {
+		r.Reason = reason
+	}
+	return r, nil
+}
+
+// Close ends the session's connections.
+func (s *Session) Close() { s.client.CloseIdleConnections() }
+
+// replyError is the error a JSON-RPC answer carries, whether sent as JSON
+// or as server-sent events, and its data.reason if it has one; "" for a
+// successful result or no message.
+func replyError(contentType string, body []byte) (text, reason string) {
+	if strings.HasPrefix(contentType, "text/event-stream") {
+		var last []byte
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+		for sc.Scan() {
+			if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok {
+				last = append([]byte(nil), bytes.TrimSpace(d)...)
+			}
+		}
+		body = last
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return "", ""
+	}
+	var msg struct {
+		Error *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Reason string `json:"reason"`
+			} `json:"data"`
+		} `json:"error"`
+		Result *struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+	}
+	// A data.reason that is not a string (or data that is not an object)
+	// is no reason: read the message alone then.
+	if err := json.Unmarshal(body, &msg); err != nil {
+		var bare struct {
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &bare) != nil || bare.Error == nil {
+			return "unreadable answer: " + err.Error(), ""
+		}
+		return "JSON-RPC error: " + bare.Error.Message, ""
+	}
+	switch {
+	case msg.Error != nil:
+		return "JSON-RPC error: " + msg.Error.Message, msg.Error.Data.Reason
+	case msg.Result != nil && msg.Result.IsError:
+		text := "tool error"
+		if len(msg.Result.Content) > 0 {
+			text += ": " + msg.Result.Content[0].Text
+		}
+		return text, ""
+	}
+	return "", ""
+}

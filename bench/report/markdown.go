@@ -1,0 +1,308 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/gobench"
+)
+
+// Markdown renders BENCHMARKS.md. svgPath is the latency chart's path
+// relative to the repository root.
+func Markdown(r *Results, svgPath string) []byte {
+	var b strings.Builder
+	sections := []func(*strings.Builder, *Results){
+		header, machine, targets, grpcSection(svgPath), envoySection, scaleSection, hotPathSection, invalidationSection, missedSection, methodSection,
+	}
+	for i, s := range sections {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		s(&b, r)
+	}
+	return []byte(b.String())
+}
+
+func header(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "# Benchmarks\n\n")
+	fmt.Fprintf(b, "<!-- Written by `make bench` (bench/cmd/bench): change the harness, not this file. -->\n\n")
+	fmt.Fprintf(b, "The figures of one `make bench` run, started %s and taking %s. "+
+		"Every case ran in that one run, one after another, so that ratios between them hold on a noisy machine. "+
+		"Rerun with `make bench`; the raw results are in `bench/out/results.json` and every process's log in `bench/out/logs/` (neither committed).\n",
+		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+}
+
+func machine(b *strings.Builder, r *Results) {
+	m := r.Machine
+	fmt.Fprintf(b, "## Machine\n\n")
+	table(b, []string{"", ""}, [][]string{
+		{"CPU", m.CPU}, {"cores", fmt.Sprint(m.Cores)}, {"kernel", m.Kernel}, {"Go", m.Go},
+		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz", m.Ghz}, {"date", m.Date},
+		{"load average at start", m.LoadAvg},
+	})
+	fmt.Fprintf(b, "\nThe load generator (ghz, or the harness's MCP client through Envoy) shares these %d cores with the servers it measures, "+
+		"and the machine may be running other work: every figure includes that contention, and the servers are compared within one run for that reason.\n", m.Cores)
+}
+
+func targets(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Targets (issue 7)\n\n")
+	var rows [][]string
+	for _, t := range r.Targets {
+		rows = append(rows, []string{t.Name, t.Threshold, t.Measured, "**" + string(t.Status) + "**"})
+	}
+	table(b, []string{"target", "threshold", "this run", "status"}, rows)
+}
+
+func grpcSection(svgPath string) func(*strings.Builder, *Results) {
+	return func(b *strings.Builder, r *Results) {
+		fmt.Fprintf(b, "## Check over gRPC\n\n")
+		fmt.Fprintf(b, "ghz sends the same allowed `tools/call` CheckRequest to each server: capsnap, the floor (a do-nothing ext_authz server, `bench/noop`) and OPA-Envoy running `bench/opa/policy.rego`.\n\n")
+		fmt.Fprintf(b, "![p50 and p99 latency per server and concurrency](%s)\n\n", svgPath)
+		cs := r.Method.Concurrencies
+		byServer := func(f func(GRPCRun) string) [][]string {
+			var rows [][]string
+			for _, c := range cs {
+				row := []string{fmt.Sprint(c)}
+				for _, s := range Servers {
+					g, _ := r.Run(s, c)
+					row = append(row, f(g))
+				}
+				rows = append(rows, row)
+			}
+			return rows
+		}
+		withRatio := func(rows [][]string, f func(c int) string) [][]string {
+			for i, c := range cs {
+				rows[i] = append(rows[i], f(c))
+			}
+			return rows
+		}
+		ratio := func(num, den func(GRPCRun) float64, a, z string) func(int) string {
+			return func(c int) string {
+				x, _ := r.Run(a, c)
+				y, _ := r.Run(z, c)
+				if den(y) == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.2f×", num(x)/den(y))
+			}
+		}
+		rps := func(g GRPCRun) float64 { return g.RPS }
+		p50 := func(g GRPCRun) float64 { return float64(g.P50) }
+		p99 := func(g GRPCRun) float64 { return float64(g.P99) }
+		cpu := func(g GRPCRun) float64 { return float64(g.CPUPerCheck) }
+
+		fmt.Fprintf(b, "### Throughput (Checks per second)\n\n")
+		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
+			withRatio(byServer(func(g GRPCRun) string { return fmt.Sprintf("%.0f", g.RPS) }), ratio(rps, rps, Capsnap, Floor)))
+		fmt.Fprintf(b, "\n### Latency, p50\n\n")
+		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
+			withRatio(byServer(func(g GRPCRun) string { return Dur(g.P50) }), ratio(p50, p50, Capsnap, Floor)))
+		fmt.Fprintf(b, "\n### Latency, p99\n\n")
+		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
+			withRatio(byServer(func(g GRPCRun) string { return Dur(g.P99) }), ratio(p99, p99, Capsnap, Floor)))
+		fmt.Fprintf(b, "\n### Server CPU time per Check\n\n")
+		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ OPA-Envoy"),
+			withRatio(byServer(func(g GRPCRun) string { return Dur(g.CPUPerCheck) }), ratio(cpu, cpu, Capsnap, OPA)))
+		fmt.Fprintf(b, "\n### Server resident memory after the run (peak)\n\n")
+		table(b, append([]string{"concurrency"}, Servers...),
+			byServer(func(g GRPCRun) string { return fmt.Sprintf("%s (%s)", mib(g.Memory.RSS), mib(g.Memory.Peak)) }))
+		fmt.Fprintf(b, "\n### Every run\n\n")
+		var rows [][]string
+		for _, g := range r.GRPC {
+			rows = append(rows, []string{g.Server, fmt.Sprint(g.Concurrency), fmt.Sprint(g.Count), Dur(g.Total),
+				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), fmt.Sprint(errorCount(g))})
+		}
+		table(b, []string{"server", "concurrency", "Checks", "measured time", "mean", "slowest", "server CPU", "errors"}, rows)
+	}
+}
+
+func envoySection(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Through the real Envoy\n\n")
+	fmt.Fprintf(b, "%d MCP sessions post `%s` through Envoy to billing, with no ext_authz filter, with ext_authz to the floor, and with ext_authz to capsnap (the same filter settings, from `envoy/demo.yaml`). "+
+		"Added latency is over the run without ext_authz. Every call of these runs succeeded: one that did not would have failed the benchmark.\n\n", r.Method.EnvoyWorkers, r.Method.EnvoyCall)
+	none, _ := r.Mode(ModeNone)
+	var rows [][]string
+	for _, m := range Modes {
+		e, _ := r.Mode(m)
+		added50, added99 := "–", "–"
+		if m != ModeNone {
+			added50, added99 = signed(e.P50-none.P50), signed(e.P99-none.P99)
+		}
+		rows = append(rows, []string{m, fmt.Sprintf("%.0f", e.RPS), Dur(e.P50), Dur(e.P99), Dur(e.Mean), Dur(e.Max), added50, added99,
+			fmt.Sprint(e.Calls)})
+	}
+	table(b, []string{"mode", "calls/s", "p50", "p99", "mean", "max", "added p50", "added p99", "calls"}, rows)
+}
+
+func scaleSection(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Scale (Go benchmarks, `extauthz`)\n\n")
+	fmt.Fprintf(b, "### Catalog size: the allowed Check against catalogs of n tools\n\n")
+	base, hasBase := gobench.Find(r.Scale, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
+	var rows [][]string
+	for _, n := range CatalogSizes {
+		res, ok := gobench.Find(r.Scale, fmt.Sprintf(BenchCatalogSize, n))
+		if !ok {
+			rows = append(rows, []string{fmt.Sprint(n), "not run", "", "", ""})
+			continue
+		}
+		vs := "–"
+		if hasBase {
+			vs = fmt.Sprintf("%.2f×", res.Metrics["ns/op"]/base.Metrics["ns/op"])
+		}
+		rows = append(rows, []string{fmt.Sprint(n), nsop(res), vs, metric(res, "B/op"), metric(res, "allocs/op")})
+	}
+	table(b, []string{"tools", "per Check", "× 10 tools", "B/op", "allocs/op"}, rows)
+
+	fmt.Fprintf(b, "\n### Live snapshots: a Check among n snapshots, and the heap each holds\n\n")
+	rows = nil
+	for _, n := range SnapshotCounts {
+		res, ok := gobench.Find(r.Scale, fmt.Sprintf(BenchSnapshots, n))
+		if !ok {
+			rows = append(rows, []string{fmt.Sprint(n), "not run", "", ""})
+			continue
+		}
+		per, has := res.Metrics["B/snapshot"]
+		million := "–"
+		if has {
+			million = fmt.Sprintf("%.2f GiB", per*1e6/(1<<30))
+		}
+		rows = append(rows, []string{fmt.Sprint(n), nsop(res), metric(res, "B/snapshot"), million})
+	}
+	table(b, []string{"snapshots", "per Check", "B/snapshot", "× 1,000,000"}, rows)
+}
+
+func hotPathSection(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Hot path (Go benchmarks)\n\n")
+	if len(r.HotPath) == 0 {
+		fmt.Fprintf(b, "Not run: no benchmark found.\n")
+		return
+	}
+	var rows [][]string
+	for _, res := range r.HotPath {
+		var other []string
+		for unit, v := range res.Metrics {
+			if unit != "ns/op" && unit != "B/op" && unit != "allocs/op" {
+				other = append(other, fmt.Sprintf("%g %s", v, unit))
+			}
+		}
+		sort.Strings(other)
+		rows = append(rows, []string{strings.TrimPrefix(res.Pkg, "github.com/capsnap/capsnap/"), res.Name, nsop(res),
+			metric(res, "B/op"), metric(res, "allocs/op"), strings.Join(other, ", ")})
+	}
+	table(b, []string{"package", "benchmark", "per op", "B/op", "allocs/op", "other"}, rows)
+}
+
+func invalidationSection(b *strings.Builder, r *Results) {
+	inv := r.Invalidation
+	fmt.Fprintf(b, "## Invalidation\n\n")
+	fmt.Fprintf(b, "Through the real Envoy, %d times: list tools (a fresh snapshot), call refund (allowed), then redeploy billing (`POST /admin/variant`, which sends `notifications/tools/list_changed`) and call refund again and again until capsnap denies it `schema_drift`. "+
+		"Measured from just before the redeploy's POST to that denial.\n\n", len(inv.Trials))
+	table(b, []string{"trials", "min", "p50", "p99", "max"},
+		[][]string{{fmt.Sprint(len(inv.Trials)), Dur(inv.Min), Dur(inv.P50), Dur(inv.P99), Dur(inv.Max)}})
+	var rows [][]string
+	for i, t := range inv.Trials {
+		rows = append(rows, []string{fmt.Sprint(i + 1), t.Variant, Dur(t.Elapsed), Dur(t.Post), fmt.Sprint(t.Polls), fmt.Sprint(t.Allowed), fmt.Sprint(t.HandlerDrift)})
+	}
+	fmt.Fprintf(b, "\n<details><summary>Every trial</summary>\n\n")
+	table(b, []string{"trial", "redeployed to", "to the denial", "of which the POST", "calls", "allowed", "refused by billing (handler_drift)"}, rows)
+	fmt.Fprintf(b, "\n</details>\n")
+}
+
+func missedSection(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Notes on missed targets\n\n")
+	missed := 0
+	// A profile shared by several targets is shown under the first.
+	shownUnder := map[*Profile]string{}
+	for _, t := range r.Targets {
+		if t.Status != Missed {
+			continue
+		}
+		missed++
+		fmt.Fprintf(b, "### %s: %s\n\n", t.Name, t.Measured)
+		switch first, shown := shownUnder[t.Profile]; {
+		case t.Profile == nil:
+			fmt.Fprintf(b, "No profile was captured: no Go benchmark exercises this path.\n\n")
+		case shown:
+			fmt.Fprintf(b, "The profile is the one under \"%s\" above.\n\n", first)
+		default:
+			shownUnder[t.Profile] = t.Name
+			fmt.Fprintf(b, "%s\n\n```\n$ %s\n%s\n```\n\n", t.Profile.What, t.Profile.Command, strings.TrimRight(t.Profile.Top, "\n"))
+		}
+	}
+	if missed == 0 {
+		fmt.Fprintf(b, "None: every target that ran was met.\n")
+	}
+}
+
+func methodSection(b *strings.Builder, r *Results) {
+	m := r.Method
+	fmt.Fprintf(b, "## Method\n\n")
+	for _, line := range []string{
+		fmt.Sprintf("**Check over gRPC.** ghz, at concurrency %s on one connection, sends one CheckRequest as Envoy builds it under `envoy/demo.yaml`: the body packed as bytes, the route's `server_id`, the principal in `attributes.source.principal` (as with mTLS), and the `x-capsnap-epoch` of a snapshot capsnap minted at `tools/list`, after the `lookup_order` that refund's sequence rule wants. The body, the same bytes for every server: `%s`.", ints(m.Concurrencies), m.RequestBody),
+		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take turns in the order capsnap, floor, OPA-Envoy, OPA-Envoy, floor, capsnap, each turn half of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all three alike. ghz v0.93.0 cannot bound a run by both count and time, so it counts and the harness kills a run past its deadline (a failure).", m.GRPCWarmup, m.GRPCRun),
+		"No denial is ever measured by accident: any gRPC error or non-OK status fails the benchmark; capsnap's own `capsnap_decisions_total` must count exactly the run's requests as allowed and none denied; the floor and OPA-Envoy (deterministic on one request) must allow it before and after. Both capsnap and OPA-Envoy must also deny a refund over the cap and a call under an unknown epoch, so that neither passes for doing nothing.",
+		"Server CPU time is utime + stime from `/proc/PID/stat` over the measured turns, divided by their requests; it is good to a clock tick (10 ms) per turn, a few percent at worst here. Memory is VmRSS and VmHWM from `/proc/PID/status` after the last turn.",
+		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
+		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take turns A B C C B A, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, m.EnvoyRun/2, m.EnvoyPerWorker/2),
+		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one. A benchmark that does not exist is reported as not run.",
+		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
+		"**Profiles.** For a missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory) and shows `go tool pprof -top -nodecount 20` of it above.",
+	} {
+		fmt.Fprintf(b, "- %s\n", line)
+	}
+	fmt.Fprintf(b, "\nRerun: `make bench`. It installs Envoy, ghz and OPA-Envoy when they are missing, builds everything, and rewrites this file and `docs/benchmarks-latency.svg`.\n")
+}
+
+func table(b *strings.Builder, head []string, rows [][]string) {
+	fmt.Fprintf(b, "| %s |\n", strings.Join(head, " | "))
+	seps := make([]string, len(head))
+	for i := range seps {
+		seps[i] = "---"
+	}
+	fmt.Fprintf(b, "|%s|\n", strings.Join(seps, "|"))
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = strings.ReplaceAll(c, "|", `\|`)
+		}
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+func errorCount(g GRPCRun) int {
+	n := 0
+	for _, v := range g.Errors {
+		n += v
+	}
+	return n
+}
+
+func nsop(r gobench.Result) string { return Dur(time.Duration(r.Metrics["ns/op"])) }
+
+func metric(r gobench.Result, unit string) string {
+	v, ok := r.Metrics[unit]
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "−" + Dur(-d)
+	}
+	return "+" + Dur(d)
+}
+
+func ints(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}

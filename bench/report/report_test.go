@@ -1,0 +1,134 @@
+package report
+
+import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/mcpload"
+)
+
+// sample is a run in which every target is met but the CPU one, and the
+// million-snapshot benchmark did not run.
+func sample() *Results {
+	r := &Results{
+		Started: time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC),
+		Machine: Machine{CPU: "Test CPU", Cores: 2, Envoy: "Envoy 1.40.0", Date: "2026-12-03T05:00:00Z"},
+		Method:  Method{Concurrencies: []int{1, 16}, EnvoyWorkers: 16, EnvoyCall: "refund", RequestBody: `{"jsonrpc":"2.0"}`},
+	}
+	for _, c := range r.Method.Concurrencies {
+		r.GRPC = append(r.GRPC,
+			GRPCRun{Server: Capsnap, Concurrency: c, Report: ghz.Report{Count: 900, RPS: 900, P50: 110 * time.Microsecond, P99: 400 * time.Microsecond}, CPUPerCheck: 20 * time.Microsecond},
+			GRPCRun{Server: Floor, Concurrency: c, Report: ghz.Report{Count: 1000, RPS: 1000, P50: 100 * time.Microsecond, P99: 350 * time.Microsecond}, CPUPerCheck: 10 * time.Microsecond},
+			GRPCRun{Server: OPA, Concurrency: c, Report: ghz.Report{Count: 300, RPS: 300, P50: 900 * time.Microsecond, P99: 3 * time.Millisecond}, CPUPerCheck: 150 * time.Microsecond},
+		)
+	}
+	for i, m := range Modes {
+		r.Envoy = append(r.Envoy, EnvoyRun{Mode: m, Result: mcpload.Result{Calls: 100, RPS: 1000, P50: time.Duration(1+i) * time.Millisecond, P99: 5 * time.Millisecond}})
+	}
+	bench := func(name string, metrics map[string]float64) gobench.Result {
+		return gobench.Result{Pkg: "github.com/capsnap/capsnap/extauthz", Name: name, Metrics: metrics}
+	}
+	r.Scale = []gobench.Result{
+		bench("BenchmarkCheckCatalogSize/tools=10", map[string]float64{"ns/op": 8000}),
+		bench("BenchmarkCheckCatalogSize/tools=225", map[string]float64{"ns/op": 8200}),
+		bench("BenchmarkCheckCatalogSize/tools=100000", map[string]float64{"ns/op": 9000}),
+		bench("BenchmarkSnapshotsLive/snapshots=1000", map[string]float64{"ns/op": 8000, "B/snapshot": 900}),
+	}
+	r.HotPath = []gobench.Result{bench(BenchCheckAllowed, map[string]float64{"ns/op": 7000, "allocs/op": 30, "B/op": 2000})}
+	r.Invalidation = Invalidation{Trials: []Trial{{Variant: "baseline", Elapsed: 5 * time.Millisecond}}, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond, Max: 5 * time.Millisecond}
+	return r
+}
+
+func TestEvaluate(t *testing.T) {
+	r := sample()
+	want := map[string]Status{
+		TargetThroughput: Met, TargetP99: Met, TargetCPU: Missed, TargetFlat: Met,
+		TargetMemory: NotRun, TargetInvalidation: Met, TargetBudget: Met,
+	}
+	got := Evaluate(r)
+	if len(got) != len(want) {
+		t.Fatalf("%d targets, want %d", len(got), len(want))
+	}
+	for _, tg := range got {
+		if tg.Status != want[tg.ID] {
+			t.Errorf("%s: %s (%s), want %s", tg.ID, tg.Status, tg.Measured, want[tg.ID])
+		}
+	}
+	// One concurrency over the line misses the target.
+	r.GRPC[3].RPS = 800
+	if tg := Evaluate(r)[0]; tg.Status != Missed || !strings.Contains(tg.Measured, "0.80× at c=16") {
+		t.Errorf("throughput: %+v", tg)
+	}
+	r.Scale = append(r.Scale, gobench.Result{Name: "BenchmarkSnapshotsLive/snapshots=1000000", Metrics: map[string]float64{"B/snapshot": 1100}})
+	if tg := Evaluate(r)[4]; tg.Status != Missed {
+		t.Errorf("memory: %+v", tg)
+	}
+}
+
+func TestEvaluateNothingRan(t *testing.T) {
+	for _, tg := range Evaluate(&Results{}) {
+		if tg.Status != NotRun {
+			t.Errorf("%s: %s, want NOT RUN", tg.ID, tg.Status)
+		}
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	r := sample()
+	r.Targets = Evaluate(r)
+	r.Targets[2].Profile = &Profile{What: "CPU profile:", Command: "go test", Top: "flat flat%"}
+	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	for _, want := range []string{
+		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",
+		"![p50 and p99 latency per server and concurrency](docs/benchmarks-latency.svg)",
+		"| 16 | 900 | 1000 | 300 | 0.90× |", // throughput, side by side
+		"| ext_authz → capsnap | 1000 | 3.00 ms | 5.00 ms |",
+		"+2.00 ms",                              // added p50 over no ext_authz
+		"| 1000000 | not run |",                 // the million snapshots
+		"$ go test\nflat flat%", "`make bench`", // the profile, and how to rerun
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
+		}
+	}
+}
+
+func TestSVGIsWellFormed(t *testing.T) {
+	svg := SVG(sample())
+	d := xml.NewDecoder(strings.NewReader(string(svg)))
+	rects := 0
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	// The background, two bars per server per concurrency and per mode,
+	// and a legend square per colour.
+	if want := 1 + 2*(3*2+3) + 4; rects != want {
+		t.Fatalf("%d rects, want %d", rects, want)
+	}
+}
+
+func TestDur(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0", 42: "42 ns", 4450: "4.45 µs", 265 * time.Microsecond: "265 µs",
+		8940 * time.Microsecond: "8.94 ms", 117 * time.Millisecond: "117.0 ms", 4467 * time.Millisecond: "4.47 s",
+	} {
+		if got := Dur(d); got != want {
+			t.Errorf("Dur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+// Package report holds what one make bench run measured, judges it against
+// issue 7's targets, and renders it: BENCHMARKS.md, the latency chart
+// (SVG, by hand) and results.json.
+package report
+
+import (
+	"time"
+
+	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/mcpload"
+	"github.com/capsnap/capsnap/bench/proc"
+)
+
+// The servers behind the Check over gRPC, as the report names them.
+const (
+	Capsnap = "capsnap"
+	Floor   = "floor (noop)"
+	OPA     = "OPA-Envoy"
+)
+
+// Servers is the order servers are run and shown in.
+var Servers = []string{Capsnap, Floor, OPA}
+
+// The modes of the load through Envoy.
+const (
+	ModeNone    = "no ext_authz"
+	ModeFloor   = "ext_authz → floor"
+	ModeCapsnap = "ext_authz → capsnap"
+)
+
+// Modes is the order modes are run and shown in.
+var Modes = []string{ModeNone, ModeFloor, ModeCapsnap}
+
+// Results is one run of make bench.
+type Results struct {
+	Started time.Time     `json:"started"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Machine Machine       `json:"machine"`
+	// Method holds the run's parameters, for the report's method section.
+	Method       Method           `json:"method"`
+	GRPC         []GRPCRun        `json:"grpc"`
+	Envoy        []EnvoyRun       `json:"envoy"`
+	Scale        []gobench.Result `json:"scale"`
+	HotPath      []gobench.Result `json:"hot_path"`
+	Invalidation Invalidation     `json:"invalidation"`
+	Targets      []Target         `json:"targets"`
+}
+
+// Machine is where the run ran, and the peers' versions.
+type Machine struct {
+	CPU     string `json:"cpu"`
+	Cores   int    `json:"cores"`
+	Kernel  string `json:"kernel"`
+	Go      string `json:"go"`
+	Envoy   string `json:"envoy"`
+	OPA     string `json:"opa_envoy"`
+	Ghz     string `json:"ghz"`
+	Date    string `json:"date"`
+	LoadAvg string `json:"loadavg_at_start"`
+}
+
+// Method is how the run was made.
+type Method struct {
+	Concurrencies  []int         `json:"concurrencies"`
+	GRPCRun        time.Duration `json:"grpc_run_ns"`
+	GRPCWarmup     int           `json:"grpc_warmup_requests"`
+	EnvoyWorkers   int           `json:"envoy_workers"`
+	EnvoyRun       time.Duration `json:"envoy_run_ns"`
+	EnvoyWarmup    time.Duration `json:"envoy_warmup_ns"`
+	EnvoyPerWorker int           `json:"envoy_calls_per_worker"`
+	Trials         int           `json:"invalidation_trials"`
+	// Request is the Check request's body (the MCP tools/call), the same
+	// bytes for every server.
+	RequestBody string `json:"request_body"`
+	EnvoyCall   string `json:"envoy_call"`
+}
+
+// GRPCRun is one server at one concurrency.
+type GRPCRun struct {
+	Server      string `json:"server"`
+	Concurrency int    `json:"concurrency"`
+	ghz.Report
+	// CPU is the server's user+system CPU time over the measured run, and
+	// CPUPerCheck that over the requests (good to proc.Tick over the run).
+	CPU         time.Duration `json:"cpu_ns"`
+	CPUPerCheck time.Duration `json:"cpu_per_check_ns"`
+	Memory      proc.Memory   `json:"memory"`
+}
+
+// EnvoyRun is one mode of the load through Envoy.
+type EnvoyRun struct {
+	Mode string `json:"mode"`
+	mcpload.Result
+}
+
+// Invalidation is the time from a redeploy to the first drift denial.
+type Invalidation struct {
+	Trials []Trial       `json:"trials"`
+	Min    time.Duration `json:"min_ns"`
+	P50    time.Duration `json:"p50_ns"`
+	P99    time.Duration `json:"p99_ns"`
+	Max    time.Duration `json:"max_ns"`
+}
+
+// Trial is one redeploy.
+type Trial struct {
+	Variant string `json:"variant"`
+	// Elapsed is from just before the admin POST to the first drift
+	// denial; Post is the admin POST's own round trip, within it.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Post    time.Duration `json:"post_ns"`
+	// Polls is how many calls were made until the denial, Allowed and
+	// HandlerDrift how many of them capsnap let through (the second
+	// refused by billing's own pin check at handler start).
+	Polls        int `json:"polls"`
+	Allowed      int `json:"allowed"`
+	HandlerDrift int `json:"handler_drift"`
+}
+
+// Run is the GRPC run of server at concurrency c, if any.
+func (r *Results) Run(server string, c int) (GRPCRun, bool) {
+	for _, g := range r.GRPC {
+		if g.Server == server && g.Concurrency == c {
+			return g, true
+		}
+	}
+	return GRPCRun{}, false
+}
+
+// Mode is the Envoy run of mode, if any.
+func (r *Results) Mode(mode string) (EnvoyRun, bool) {
+	for _, e := range r.Envoy {
+		if e.Mode == mode {
+			return e, true
+		}
+	}
+	return EnvoyRun{}, false
+}

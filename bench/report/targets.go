@@ -1,0 +1,226 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/gobench"
+)
+
+// Status is a target's verdict.
+type Status string
+
+const (
+	Met    Status = "MET"
+	Missed Status = "MISSED"
+	// NotRun is a target whose benchmark does not exist (yet): neither
+	// met nor missed.
+	NotRun Status = "NOT RUN"
+)
+
+// The targets' ids.
+const (
+	TargetThroughput   = "throughput"
+	TargetP99          = "p99"
+	TargetCPU          = "cpu"
+	TargetFlat         = "flat"
+	TargetMemory       = "memory"
+	TargetInvalidation = "invalidation"
+	TargetBudget       = "budget"
+)
+
+// Thresholds, from issue 7.
+const (
+	MinThroughputRatio = 0.85
+	MaxP99Ratio        = 1.3
+	MaxCPURatio        = 0.1
+	// MaxFlatRatio is what "flat across catalog sizes" is taken to mean:
+	// a Check against 225 or 100,000 tools costs at most 1.5 times one
+	// against 10 (ns/op), which leaves room for a benchmark's noise on a
+	// shared 2-core machine and none for a cost that grows with the
+	// catalog (linear growth would be 10,000 times).
+	MaxFlatRatio        = 1.5
+	MaxMillionSnapshots = 1 << 30
+	MaxInvalidationP99  = 50 * time.Millisecond
+	// The Go hot-path budget of issue 7, item 1: the allowed Check.
+	MaxCheckNs     = 10_000
+	MaxCheckAllocs = 40
+)
+
+// The Go benchmarks the targets read.
+const (
+	BenchCheckAllowed = "BenchmarkCheckAllowed"
+	BenchCatalogSize  = "BenchmarkCheckCatalogSize/tools=%d"
+	BenchSnapshots    = "BenchmarkSnapshotsLive/snapshots=%d"
+)
+
+// CatalogSizes and SnapshotCounts are the scale benchmarks' cases.
+var (
+	CatalogSizes   = []int{10, 225, 100_000}
+	SnapshotCounts = []int{1_000, 10_000, 100_000, 1_000_000}
+)
+
+// Target is one of issue 7's targets and how this run did.
+type Target struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Threshold string `json:"threshold"`
+	Measured  string `json:"measured"`
+	Status    Status `json:"status"`
+	// Profile is the pprof of the gap, captured for a missed target.
+	Profile *Profile `json:"profile,omitempty"`
+}
+
+// Profile is a captured profile's top functions.
+type Profile struct {
+	What    string `json:"what"`
+	Command string `json:"command"`
+	Top     string `json:"top"`
+}
+
+// Evaluate judges r against every target.
+func Evaluate(r *Results) []Target {
+	return []Target{
+		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's",
+			fmt.Sprintf("≥ %.2f× the floor's at every concurrency", MinThroughputRatio),
+			func(c, f, _ GRPCRun) (float64, bool) { return c.RPS / f.RPS, c.RPS >= MinThroughputRatio*f.RPS }),
+		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's",
+			fmt.Sprintf("≤ %.1f× the floor's at every concurrency", MaxP99Ratio),
+			func(c, f, _ GRPCRun) (float64, bool) {
+				return float64(c.P99) / float64(f.P99), float64(c.P99) <= MaxP99Ratio*float64(f.P99)
+			}),
+		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's",
+			fmt.Sprintf("≤ %.1f× OPA-Envoy's at every concurrency", MaxCPURatio),
+			func(c, _, o GRPCRun) (float64, bool) {
+				return float64(c.CPUPerCheck) / float64(o.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPURatio*float64(o.CPUPerCheck)
+			}),
+		flat(r.Scale),
+		million(r.Scale),
+		invalidation(r.Invalidation),
+		budget(r.HotPath),
+	}
+}
+
+// perConcurrency judges a ratio of capsnap's run to the floor's and
+// OPA's at each concurrency; the target is met only if every one is.
+func perConcurrency(r *Results, id, name, threshold string, judge func(capsnap, floor, opa GRPCRun) (float64, bool)) Target {
+	t := Target{ID: id, Name: name, Threshold: threshold, Status: Met}
+	var parts []string
+	for _, c := range r.Method.Concurrencies {
+		cs, ok1 := r.Run(Capsnap, c)
+		fl, ok2 := r.Run(Floor, c)
+		op, ok3 := r.Run(OPA, c)
+		if !ok1 || !ok2 || !ok3 {
+			t.Status = NotRun
+			parts = append(parts, fmt.Sprintf("c=%d not run", c))
+			continue
+		}
+		ratio, ok := judge(cs, fl, op)
+		if !ok && t.Status == Met {
+			t.Status = Missed
+		}
+		parts = append(parts, fmt.Sprintf("%.2f× at c=%d", ratio, c))
+	}
+	if len(parts) == 0 {
+		t.Status = NotRun
+	}
+	t.Measured = strings.Join(parts, ", ")
+	return t
+}
+
+func flat(scale []gobench.Result) Target {
+	t := Target{ID: TargetFlat, Name: "Check cost across catalog sizes (10, 225, 100,000 tools)",
+		Threshold: fmt.Sprintf("ns/op at 225 and 100,000 tools ≤ %.1f× at 10", MaxFlatRatio), Status: Met}
+	base, ok := gobench.Find(scale, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
+	if !ok {
+		return notRun(t, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
+	}
+	var parts []string
+	for _, n := range CatalogSizes[1:] {
+		name := fmt.Sprintf(BenchCatalogSize, n)
+		res, ok := gobench.Find(scale, name)
+		if !ok {
+			return notRun(t, name)
+		}
+		ratio := res.Metrics["ns/op"] / base.Metrics["ns/op"]
+		if ratio > MaxFlatRatio {
+			t.Status = Missed
+		}
+		parts = append(parts, fmt.Sprintf("%.2f× at %d tools", ratio, n))
+	}
+	t.Measured = strings.Join(parts, ", ")
+	return t
+}
+
+func million(scale []gobench.Result) Target {
+	t := Target{ID: TargetMemory, Name: "memory of 1,000,000 live snapshots",
+		Threshold: "B/snapshot × 1,000,000 < 1 GiB", Status: Met}
+	name := fmt.Sprintf(BenchSnapshots, 1_000_000)
+	res, ok := gobench.Find(scale, name)
+	per, has := res.Metrics["B/snapshot"]
+	if !ok || !has {
+		return notRun(t, name+" (B/snapshot)")
+	}
+	total := per * 1e6
+	t.Measured = fmt.Sprintf("%.0f B/snapshot → %.2f GiB", per, total/(1<<30))
+	if total >= MaxMillionSnapshots {
+		t.Status = Missed
+	}
+	return t
+}
+
+func invalidation(inv Invalidation) Target {
+	t := Target{ID: TargetInvalidation, Name: "redeploy (list_changed) to the first drift denial",
+		Threshold: fmt.Sprintf("p99 < %v", MaxInvalidationP99), Status: Met}
+	if len(inv.Trials) == 0 {
+		return notRun(t, "invalidation trials")
+	}
+	t.Measured = fmt.Sprintf("p99 %s (p50 %s, max %s, %d trials)", Dur(inv.P99), Dur(inv.P50), Dur(inv.Max), len(inv.Trials))
+	if inv.P99 >= MaxInvalidationP99 {
+		t.Status = Missed
+	}
+	return t
+}
+
+func budget(hot []gobench.Result) Target {
+	t := Target{ID: TargetBudget, Name: "Go hot path: one allowed Check (" + BenchCheckAllowed + ")",
+		Threshold: fmt.Sprintf("≤ %d µs and ≤ %d allocs per Check", MaxCheckNs/1000, MaxCheckAllocs), Status: Met}
+	res, ok := gobench.Find(hot, BenchCheckAllowed)
+	if !ok {
+		return notRun(t, BenchCheckAllowed)
+	}
+	ns, allocs := res.Metrics["ns/op"], res.Metrics["allocs/op"]
+	t.Measured = fmt.Sprintf("%s, %.0f allocs", Dur(time.Duration(ns)), allocs)
+	if ns > MaxCheckNs || allocs > MaxCheckAllocs {
+		t.Status = Missed
+	}
+	return t
+}
+
+func notRun(t Target, what string) Target {
+	t.Status, t.Measured = NotRun, "not run: no "+what
+	return t
+}
+
+// Dur formats a latency to three significant figures, in µs below a
+// millisecond.
+func Dur(d time.Duration) string {
+	us := float64(d) / 1e3
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Microsecond:
+		return fmt.Sprintf("%d ns", d.Nanoseconds())
+	case us < 10:
+		return fmt.Sprintf("%.2f µs", us)
+	case us < 1000:
+		return fmt.Sprintf("%.0f µs", us)
+	case us < 10_000:
+		return fmt.Sprintf("%.2f ms", us/1000)
+	case us < 1_000_000:
+		return fmt.Sprintf("%.1f ms", us/1000)
+	default:
+		return fmt.Sprintf("%.2f s", us/1e6)
+	}
+}
