@@ -54,9 +54,15 @@ func (p *pushSource) push(t testing.TB, path string, err error) {
 		p.publish(nil, err)
 		return
 	}
-	data, rerr := os.ReadFile(path)
-	if rerr != nil {
-		t.Fatal(rerr)
+	p.publish(readTools(t, path), nil)
+}
+
+// readTools returns the tool definitions of a tools/list result file.
+func readTools(t testing.TB, path string) []json.RawMessage {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var result struct {
 		Tools []json.RawMessage `json:"tools"`
@@ -64,7 +70,7 @@ func (p *pushSource) push(t testing.TB, path string, err error) {
 	if err := json.Unmarshal(data, &result); err != nil {
 		t.Fatal(err)
 	}
-	p.publish(result.Tools, nil)
+	return result.Tools
 }
 
 // clock is a test clock that moves only when told.
@@ -226,16 +232,23 @@ func (f *fixture) list(t testing.TB, principal, server string, headers map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := resp.GetOkResponse()
-	if ok == nil {
+	if resp.GetOkResponse() == nil {
 		t.Fatalf("tools/list denied: %s", resp.GetDeniedResponse().GetBody())
 	}
-	for _, h := range ok.ResponseHeadersToAdd {
-		if h.GetHeader().GetKey() == HeaderEpoch {
+	epoch := okHeader(resp, HeaderEpoch)
+	if epoch == "" {
+		t.Fatal("tools/list response carries no epoch")
+	}
+	return epoch
+}
+
+// okHeader is the value of the response header key an allowed Check adds.
+func okHeader(resp *authv3.CheckResponse, key string) string {
+	for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
+		if h.GetHeader().GetKey() == key {
 			return h.GetHeader().GetValue()
 		}
 	}
-	t.Fatal("tools/list response carries no epoch")
 	return ""
 }
 
