@@ -63,6 +63,16 @@ type Config struct {
 	Log Log `yaml:"log"`
 	// Audit says where the audit trail (one JSON line per decision) goes.
 	Audit Audit `yaml:"audit"`
+	// Debug turns on diagnostics that are off in production.
+	Debug Debug `yaml:"debug"`
+}
+
+// Debug configures diagnostics.
+type Debug struct {
+	// Pprof serves net/http/pprof under /debug/pprof/ on the admin
+	// listener. Off by default: a profile shows the heap, and so request
+	// bodies and principals, to whoever can reach admin_addr.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Audit configures the audit trail.

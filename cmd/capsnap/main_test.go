@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/mcpparse"
 )
@@ -86,5 +91,23 @@ func TestDigestMatchesLibrary(t *testing.T) {
 	}
 	if strings.TrimSpace(b.String()) != want[0].Name+" "+want[0].Digest {
 		t.Errorf("response form gave %q, want the same digest as the result form", b.String())
+	}
+}
+
+// Profiles are served only when debug.pprof asks for them.
+func TestAdminPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		mux := adminMux(nil, prometheus.NewRegistry(), nil, "", on, zerolog.Nop())
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap"} {
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			if rec.Code != want {
+				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, rec.Code, want)
+			}
+		}
 	}
 }

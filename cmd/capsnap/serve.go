@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"slices"
@@ -137,7 +138,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	authv3.RegisterAuthorizationServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, log), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log), ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, stop := signalContext()
 	defer stop()
@@ -192,8 +193,18 @@ func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zer
 	}
 }
 
-func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Server, policyFile string, log zerolog.Logger) *http.ServeMux {
+func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Server, policyFile string, profiling bool, log zerolog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
+	if profiling {
+		// Registered by hand: net/http/pprof's init only fills
+		// http.DefaultServeMux, which capsnap never serves.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		log.Warn().Str("path", "/debug/pprof/").Msg("debug.pprof is on: profiles are served on the admin listener")
+	}
 	// The one way to loosen the policy in force: an explicit request on
 	// the admin listener (loopback by default), logged with its result.
 	mux.HandleFunc("POST /policy/reload", func(w http.ResponseWriter, r *http.Request) {
