@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/capsnap/capsnap/audit"
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
@@ -75,7 +76,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		auditOut = f
 	}
-	audit := zerolog.New(auditOut).With().Timestamp().Str("log", "audit").Logger()
+	// Group commit: a line is written before its decision is answered,
+	// and the lines of concurrent decisions share one write.
+	auditLog := zerolog.New(audit.NewWriter(auditOut)).With().Timestamp().Str("log", "audit").Logger()
 
 	rules, err := extauthz.LoadRules(cfg.PolicyFile)
 	if err != nil {
@@ -118,7 +121,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		Freshness:        cfg.Catalog,
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
-		Audit:            audit,
+		Audit:            auditLog,
 		Metrics:          extauthz.NewMetrics(reg),
 	})
 	if err != nil {
