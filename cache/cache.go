@@ -67,6 +67,19 @@ func (s *Snapshot) Pin(tool string) (Pin, bool) {
 	return s.Pins[i], true
 }
 
+// Pinned returns the pin that s holds under exactly k: s is k's snapshot
+// (epoch, server, principal) and pins k's tool at k's digest.
+func (s *Snapshot) Pinned(k Key) (Pin, bool) {
+	if s.Epoch != k.Epoch || s.ServerID != k.ServerID || s.Principal != k.Principal {
+		return Pin{}, false
+	}
+	p, ok := s.Pin(k.ToolID)
+	if !ok || p.SchemaDigest != k.SchemaDigest {
+		return Pin{}, false
+	}
+	return p, true
+}
+
 // calls are the tools called under one snapshot. They live in the snapshot
 // so that they expire with it, and so that recording one is a map write
 // rather than a store write the next call would have to wait for.
@@ -109,8 +122,6 @@ type Store interface {
 	ByEpoch(epoch string) (*Snapshot, bool)
 	// Latest returns the newest snapshot for (principal, server, session).
 	Latest(principal, serverID, session string) (*Snapshot, bool)
-	// Pinned returns the pin stored under exactly k.
-	Pinned(k Key) (Pin, bool)
 	// RecordCall notes that a call to tool was allowed under snapshot s,
 	// for the policy's sequence rules; Called asks.
 	RecordCall(s *Snapshot, tool string)
@@ -224,19 +235,6 @@ func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool) {
 
 func latestKey(principal, serverID, session string) string {
 	return encode(principal, serverID, session)
-}
-
-// Pinned implements Store.
-func (m *Memory) Pinned(k Key) (Pin, bool) {
-	s, ok := m.snapshots.Get(k.Epoch)
-	if !ok || s.ServerID != k.ServerID || s.Principal != k.Principal {
-		return Pin{}, false
-	}
-	p, ok := s.Pin(k.ToolID)
-	if !ok || p.SchemaDigest != k.SchemaDigest {
-		return Pin{}, false
-	}
-	return p, true
 }
 
 // Held is how many snapshots the store holds now, for the

@@ -42,7 +42,11 @@ func TestPinnedNeedsTheWholeTuple(t *testing.T) {
 		t.Fatal(err)
 	}
 	exact := Key{"billing", "refund", "sha256:aa", "agent-a", s.Epoch}
-	if got, ok := m.Pinned(exact); !ok || got != refund {
+	stored, ok := m.ByEpoch(s.Epoch)
+	if !ok || stored != s {
+		t.Fatalf("ByEpoch = %v, %v", stored, ok)
+	}
+	if got, ok := stored.Pinned(exact); !ok || got != refund {
 		t.Fatalf("Pinned(exact) = %+v, %v", got, ok)
 	}
 	for name, k := range map[string]Key{
@@ -52,12 +56,9 @@ func TestPinnedNeedsTheWholeTuple(t *testing.T) {
 		"other epoch":     {"billing", "refund", "sha256:aa", "agent-a", NewEpoch()},
 		"other tool":      {"billing", "lookup_order", "sha256:aa", "agent-a", s.Epoch},
 	} {
-		if _, ok := m.Pinned(k); ok {
+		if _, ok := stored.Pinned(k); ok {
 			t.Errorf("%s: found a pin for %+v", name, k)
 		}
-	}
-	if got, ok := m.ByEpoch(s.Epoch); !ok || got != s {
-		t.Fatalf("ByEpoch = %v, %v", got, ok)
 	}
 }
 
@@ -168,9 +169,13 @@ func TestLargeSnapshotsKeepEveryPin(t *testing.T) {
 		snaps = append(snaps, s)
 	}
 	for _, s := range snaps {
+		stored, ok := m.ByEpoch(s.Epoch)
+		if !ok {
+			t.Fatalf("snapshot %s lost", s.Epoch)
+		}
 		for i := range 5000 {
 			k := Key{ServerID: "billing", ToolID: fmt.Sprintf("tool_%d", i), SchemaDigest: "sha256:aa", Principal: "a", Epoch: s.Epoch}
-			if _, ok := m.Pinned(k); !ok {
+			if _, ok := stored.Pinned(k); !ok {
 				t.Fatalf("pin %+v lost", k)
 			}
 		}

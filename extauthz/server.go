@@ -382,7 +382,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is gone from server %q", d.tool, d.serverID)
 	}
 	d.liveDigest = live.Digest
-	if _, ok := s.snapshots.Pinned(cache.Key{ServerID: d.serverID, ToolID: d.tool, SchemaDigest: live.Digest, Principal: d.principal, Epoch: snap.Epoch}); !ok {
+	if _, ok := snap.Pinned(cache.Key{ServerID: d.serverID, ToolID: d.tool, SchemaDigest: live.Digest, Principal: d.principal, Epoch: snap.Epoch}); !ok {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.tool, live.Digest, pin.SchemaDigest)
 	}
 	// A definition that changed and changed back is still new evidence:
