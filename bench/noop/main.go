@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,7 +24,17 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:9101", "gRPC listen address")
+	pprofAddr := flag.String("pprof", "", "if set, serve net/http/pprof on this address (as capsnap's debug.pprof does)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		pl, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "noop:", err)
+			os.Exit(1)
+		}
+		// net/http/pprof registered itself on the default mux.
+		go func() { _ = http.Serve(pl, nil) }()
+	}
 	if err := run(*addr); err != nil {
 		fmt.Fprintln(os.Stderr, "noop:", err)
 		os.Exit(1)

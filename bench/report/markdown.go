@@ -106,6 +106,19 @@ func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 		fmt.Fprintf(b, "\n### Server CPU time per Check\n\n")
 		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ OPA-Envoy"),
 			withRatio(byServer(func(g GRPCRun) string { return Dur(g.CPUPerCheck) }), ratio(cpu, cpu, Capsnap, OPA)))
+		if len(r.CPUBreakdown) > 0 {
+			c := cs[len(cs)-1]
+			fmt.Fprintf(b, "\n### Where a Check's server CPU goes, at concurrency %d\n\n", c)
+			fmt.Fprintf(b, "From CPU profiles of the running capsnap and floor (see the notes on missed targets), each part's samples divided by the Checks made while it was profiled; approximate, as the profiles sample at 100 Hz.\n\n")
+			var rows [][]string
+			var sumC, sumF time.Duration
+			for _, p := range r.CPUBreakdown {
+				rows = append(rows, []string{p.Part, Dur(p.Capsnap), Dur(p.Floor), signedDur(p.Capsnap - p.Floor)})
+				sumC, sumF = sumC+p.Capsnap, sumF+p.Floor
+			}
+			rows = append(rows, []string{"all", Dur(sumC), Dur(sumF), signedDur(sumC - sumF)})
+			table(b, []string{"part", "capsnap", "floor (noop)", "capsnap − floor"}, rows)
+		}
 		fmt.Fprintf(b, "\n### Server resident memory after the run (peak)\n\n")
 		table(b, append([]string{"concurrency"}, Servers...),
 			byServer(func(g GRPCRun) string { return fmt.Sprintf("%s (%s)", mib(g.Memory.RSS), mib(g.Memory.Peak)) }))
@@ -224,7 +237,7 @@ func missedSection(b *strings.Builder, r *Results) {
 		fmt.Fprintf(b, "### %s: %s\n\n", t.Name, t.Measured)
 		switch first, shown := shownUnder[t.Profile]; {
 		case t.Profile == nil:
-			fmt.Fprintf(b, "No profile was captured: no Go benchmark exercises this path.\n\n")
+			fmt.Fprintf(b, "No profile was captured for this target.\n\n")
 		case shown:
 			fmt.Fprintf(b, "The profile is the one under \"%s\" above.\n\n", first)
 		default:
@@ -249,11 +262,19 @@ func methodSection(b *strings.Builder, r *Results) {
 		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take turns A B C C B A, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, m.EnvoyRun/2, m.EnvoyPerWorker/2),
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one. A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
-		"**Profiles.** For a missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory) and shows `go tool pprof -top -nodecount 20` of it above.",
+		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while ghz loads them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
 	} {
 		fmt.Fprintf(b, "- %s\n", line)
 	}
 	fmt.Fprintf(b, "\nRerun: `make bench`. It installs Envoy, ghz and OPA-Envoy when they are missing, builds everything, and rewrites this file and `docs/benchmarks-latency.svg`.\n")
+}
+
+// signedDur is Dur of a difference, which may be negative.
+func signedDur(d time.Duration) string {
+	if d < 0 {
+		return "−" + Dur(-d)
+	}
+	return Dur(d)
 }
 
 func table(b *strings.Builder, head []string, rows [][]string) {

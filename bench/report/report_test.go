@@ -83,6 +83,10 @@ func TestMarkdown(t *testing.T) {
 	r := sample()
 	r.Targets = Evaluate(r)
 	r.Targets[2].Profile = &Profile{What: "CPU profile:", Command: "go test", Top: "flat flat%"}
+	r.CPUBreakdown = []CPUPart{
+		{Part: "the decision", Capsnap: 30 * time.Microsecond},
+		{Part: "decoding the request", Capsnap: 20 * time.Microsecond, Floor: 25 * time.Microsecond},
+	}
 	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
 	for _, want := range []string{
 		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",
@@ -92,6 +96,7 @@ func TestMarkdown(t *testing.T) {
 		"+2.00 ms",                              // added p50 over no ext_authz
 		"| 1000000 | not run |",                 // the million snapshots
 		"$ go test\nflat flat%", "`make bench`", // the profile, and how to rerun
+		"| the decision | 30 µs | 0 | 30 µs |", "| decoding the request | 20 µs | 25 µs | −5.00 µs |", "| all | 50 µs | 25 µs | 25 µs |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("BENCHMARKS.md lacks %q", want)

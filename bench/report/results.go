@@ -45,6 +45,18 @@ type Results struct {
 	HotPath      []gobench.Result `json:"hot_path"`
 	Invalidation Invalidation     `json:"invalidation"`
 	Targets      []Target         `json:"targets"`
+	// LiveProfile is capsnap's and the floor's CPU profiles under load,
+	// and CPUBreakdown their CPU per Check by part, from those profiles.
+	LiveProfile  *Profile  `json:"live_profile,omitempty"`
+	CPUBreakdown []CPUPart `json:"cpu_breakdown,omitempty"`
+}
+
+// CPUPart is one part of a Check's server CPU time, capsnap's and the
+// floor's.
+type CPUPart struct {
+	Part    string        `json:"part"`
+	Capsnap time.Duration `json:"capsnap_ns"`
+	Floor   time.Duration `json:"floor_ns"`
 }
 
 // Machine is where the run ran, and the peers' versions.
@@ -62,9 +74,11 @@ type Machine struct {
 
 // Method is how the run was made.
 type Method struct {
-	Concurrencies  []int         `json:"concurrencies"`
-	GRPCRun        time.Duration `json:"grpc_run_ns"`
-	GRPCWarmup     int           `json:"grpc_warmup_requests"`
+	Concurrencies []int         `json:"concurrencies"`
+	GRPCRun       time.Duration `json:"grpc_run_ns"`
+	GRPCWarmup    int           `json:"grpc_warmup_requests"`
+	// ProfileWindow is how long each running server is profiled.
+	ProfileWindow  time.Duration `json:"profile_window_ns"`
 	EnvoyWorkers   int           `json:"envoy_workers"`
 	EnvoyRun       time.Duration `json:"envoy_run_ns"`
 	EnvoyWarmup    time.Duration `json:"envoy_warmup_ns"`

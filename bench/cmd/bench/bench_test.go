@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capsnap/capsnap/envoy"
 )
@@ -45,5 +46,47 @@ func TestCheckRequestCarriesTheBody(t *testing.T) {
 	}
 	if _, ok := checkRequest(listBody, "").GetAttributes().GetRequest().GetHttp().GetHeaders()[epochKey]; ok {
 		t.Fatal("an epoch header without an epoch")
+	}
+}
+
+// go tool pprof -top -cum's text, as it prints it.
+const pprofTop = `File: capsnap
+Type: cpu
+Duration: 3s, Total samples = 1.44s (47.99%)
+Showing nodes accounting for 1.44s, 100% of 1.44s total
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      0.98s 68.06%  google.golang.org/grpc.(*Server).handleStream
+     0.01s  0.69%  0.69%      0.38s 26.39%  github.com/capsnap/capsnap/extauthz.(*Server).Check
+         0     0%  0.69%      0.30s 20.83%  google.golang.org/grpc.(*serverStream).RecvMsg
+         0     0%  0.69%      0.20s 13.89%  google.golang.org/grpc.(*serverStream).SendMsg
+         0     0%  0.69%      0.08s  5.56%  github.com/capsnap/capsnap/audit.(*Writer).flush
+     0.01s  0.69%  1.38%       10ms  0.69%  runtime.nextFreeFast (inline)
+`
+
+func TestParseTopAndSplit(t *testing.T) {
+	total, cum, err := parseTop(pprofTop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 1440*time.Millisecond || cum["github.com/capsnap/capsnap/extauthz.(*Server).Check"] != 380*time.Millisecond ||
+		cum["runtime.nextFreeFast"] != 10*time.Millisecond {
+		t.Fatalf("total %v, cum %v", total, cum)
+	}
+	// 1.44 s of samples over 1000 Checks: 1.44 ms each, of which the
+	// decision 380 µs, 80 of them the audit write, and nothing for a part
+	// with no samples.
+	got := split(total, cum, 1000)
+	want := map[string]time.Duration{
+		cpuParts[0].part: 300 * time.Microsecond, cpuParts[1].part: 80 * time.Microsecond,
+		cpuParts[2].part: 300 * time.Microsecond, cpuParts[3].part: 200 * time.Microsecond,
+		cpuParts[4].part: 0, restPart: 560 * time.Microsecond,
+	}
+	for part, d := range want {
+		if got[part] != d {
+			t.Errorf("%s: %v, want %v", part, got[part], d)
+		}
+	}
+	if _, _, err := parseTop("File: capsnap\n"); err == nil {
+		t.Error("a text without samples parsed")
 	}
 }

@@ -52,7 +52,7 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		return err
 	}
 	defer h.stop(cs.server)
-	noop, noopAddr, err := h.startNoop("noop-envoy")
+	noop, noopAddr, _, err := h.startNoop("noop-envoy")
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,8 @@ type grpcTarget struct {
 	addr   string
 	proc   *server
 	client authv3.AuthorizationClient
+	// pprofURL, if set, serves the target's net/http/pprof.
+	pprofURL string
 	// capsnap is set for capsnap, whose metrics then prove that it
 	// allowed every request of a run.
 	capsnap *capsnapServer
@@ -44,6 +46,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	h.results.Method.Concurrencies = concurrencies
 	h.results.Method.GRPCRun = h.o.grpcRun
 	h.results.Method.GRPCWarmup = warmupRequests
+	h.results.Method.ProfileWindow = profileWindow
 	h.results.Method.RequestBody = refundBody
 
 	var done cleanups
@@ -84,7 +87,10 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck))
 		}
 	}
-	return nil
+	c := concurrencies[len(concurrencies)-1]
+	h.logf("   profiling capsnap and the floor at c=%d", c)
+	h.results.LiveProfile, h.results.CPUBreakdown, err = h.liveProfile(ctx, targets, c, files)
+	return err
 }
 
 // capsnapTarget starts capsnap, mints a snapshot with its first Check
@@ -107,12 +113,12 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL string, done *cl
 	if err != nil {
 		return grpcTarget{}, "", fmt.Errorf("capsnap: %w", err)
 	}
-	return grpcTarget{name: report.Capsnap, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs}, epoch, nil
+	return grpcTarget{name: report.Capsnap, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs, pprofURL: cs.adminURL}, epoch, nil
 }
 
 // floorTarget starts the do-nothing server.
 func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest, done *cleanups) (grpcTarget, error) {
-	noop, addr, err := h.startNoop("noop-grpc")
+	noop, addr, pprofURL, err := h.startNoop("noop-grpc")
 	if err != nil {
 		return grpcTarget{}, err
 	}
@@ -122,7 +128,7 @@ func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest, don
 		return grpcTarget{}, err
 	}
 	done.add(closeConn)
-	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client}, nil
+	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client, pprofURL: pprofURL}, nil
 }
 
 // opaTarget starts OPA-Envoy with its data's snapshot under epoch, and

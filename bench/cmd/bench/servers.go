@@ -79,6 +79,7 @@ servers:
 snapshots: {ttl: 30m}
 log: {level: info, format: json}
 audit: {path: %s}
+debug: {pprof: true}
 `, grpcAddr, adminAddr, principal, billingURL, audit)
 	for file, b := range map[string][]byte{"policy.yaml": policy, "capsnap.yaml": []byte(cfg)} {
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
@@ -122,14 +123,17 @@ func (c *capsnapServer) decisions(ctx context.Context) (allow, deny float64, err
 	return allow, deny, nil
 }
 
-// startNoop starts the floor.
-func (h *harness) startNoop(name string) (*server, string, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, "", err
+// startNoop starts the floor, serving its profiles at pprofURL.
+func (h *harness) startNoop(name string) (s *server, addr, pprofURL string, err error) {
+	if addr, err = freeAddr(); err != nil {
+		return nil, "", "", err
 	}
-	s, err := h.start(name, h.noop, "-addr", addr)
-	return s, addr, err
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, "", "", err
+	}
+	s, err = h.start(name, h.noop, "-addr", addr, "-pprof", pprofAddr)
+	return s, addr, "http://" + pprofAddr, err
 }
 
 // startOPA starts OPA-Envoy on bench/opa's policy, with its data's

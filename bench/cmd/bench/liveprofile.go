@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/report"
+)
+
+// profileWindow is how long each live server is profiled, inside a ghz run
+// that starts before it and outlasts it.
+const profileWindow = 5 * time.Second
+
+// liveProfile profiles capsnap and the floor (net/http/pprof, CPU) while
+// ghz loads each at concurrency c: the gap between them as it arises in
+// the running server, transport, audit writes and garbage collector
+// included, which no in-process benchmark shows. These runs are not
+// measured; they come after the measured ones.
+// It also breaks each server's CPU per Check into cpuParts.
+func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in ghzInput) (*report.Profile, []report.CPUPart, error) {
+	var what, top, cmds []string
+	perCheck := map[string]map[string]time.Duration{}
+	for _, t := range targets {
+		if t.pprofURL == "" {
+			continue
+		}
+		file := filepath.Join(h.o.out, "live-"+t.proc.Name+".pprof")
+		rep, err := h.profileUnderLoad(ctx, t, c, in, file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+		}
+		args := []string{"tool", "pprof", "-top", "-nodecount", "25", file}
+		out, err := pprofText(ctx, args)
+		if err != nil {
+			return nil, nil, err
+		}
+		what = append(what, fmt.Sprintf("%s at %.0f Checks/s", t.name, rep.RPS))
+		cmds = append(cmds, "go "+strings.Join(args, " "))
+		top = append(top, fmt.Sprintf("== %s (%.0f Checks/s while profiled)\n%s", t.name, rep.RPS, strings.TrimRight(out, "\n")))
+
+		all, err := pprofText(ctx, []string{"tool", "pprof", "-top", "-cum", "-nodecount", "1000000", "-nodefraction", "0", file})
+		if err != nil {
+			return nil, nil, err
+		}
+		total, cum, err := parseTop(all)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
+		}
+		perCheck[t.name] = split(total, cum, rep.RPS*profileWindow.Seconds())
+	}
+	var parts []report.CPUPart
+	for _, p := range append(cpuParts, cpuPart{part: restPart}) {
+		parts = append(parts, report.CPUPart{Part: p.part, Capsnap: perCheck[report.Capsnap][p.part], Floor: perCheck[report.Floor][p.part]})
+	}
+	return &report.Profile{
+		What: fmt.Sprintf("CPU profiles of the running servers, %v each while ghz loaded them at concurrency %d (%s), top 25 functions of each. "+
+			"Divide a function's time by the rate and the window for its cost per Check.", profileWindow, c, strings.Join(what, ", ")),
+		Command: strings.Join(cmds, " && "),
+		Top:     strings.Join(top, "\n\n"),
+	}, parts, nil
+}
+
+// cpuPart is a part of a server's CPU time: the samples under fn, less
+// those under less.
+type cpuPart struct{ part, fn, less string }
+
+const auditWrite = "github.com/capsnap/capsnap/audit.(*Writer).flush"
+
+// cpuParts are disjoint: the decision (of which the audit line's write is
+// split out) and the request's decoding and the response's encoding run
+// one after another on the RPC's goroutine, the collector's background
+// marking on its own.
+var cpuParts = []cpuPart{
+	{"the decision (extauthz.Server.Check), less the audit write", "github.com/capsnap/capsnap/extauthz.(*Server).Check", auditWrite},
+	{"writing the audit line (audit.Writer's write(2), shared by the lines of concurrent Checks)", auditWrite, ""},
+	{"reading and decoding the request (grpc serverStream.RecvMsg)", "google.golang.org/grpc.(*serverStream).RecvMsg", ""},
+	{"encoding and sending the response (grpc serverStream.SendMsg)", "google.golang.org/grpc.(*serverStream).SendMsg", ""},
+	{"the garbage collector's background marking", "runtime.gcBgMarkWorker", ""},
+}
+
+const restPart = "everything else: gRPC's HTTP/2 transport, the scheduler, system calls"
+
+// split divides a profile's time among cpuParts and the rest, per Check
+// of the checks made during it.
+func split(total time.Duration, cum map[string]time.Duration, checks float64) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	rest := total
+	for _, p := range cpuParts {
+		d := cum[p.fn]
+		if p.less != "" {
+			d -= cum[p.less]
+		}
+		out[p.part] = time.Duration(float64(d) / checks)
+		rest -= d
+	}
+	out[restPart] = time.Duration(float64(rest) / checks)
+	return out
+}
+
+func pprofText(ctx context.Context, args []string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// parseTop reads go tool pprof -top's text: the profile's total samples,
+// and each function's cumulative time.
+func parseTop(out string) (time.Duration, map[string]time.Duration, error) {
+	var total time.Duration
+	cum := map[string]time.Duration{}
+	rows := false
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		switch {
+		case strings.Contains(line, "Total samples = "):
+			v := strings.Fields(line[strings.Index(line, "Total samples = ")+len("Total samples = "):])
+			d, err := time.ParseDuration(v[0])
+			if err != nil {
+				return 0, nil, fmt.Errorf("total samples: %w", err)
+			}
+			total = d
+		case len(f) == 5 && f[0] == "flat" && f[3] == "cum":
+			rows = true
+		case rows && len(f) >= 6:
+			d, err := time.ParseDuration(f[3])
+			if err != nil {
+				return 0, nil, fmt.Errorf("row %q: %w", strings.TrimSpace(line), err)
+			}
+			cum[strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)")] = d
+		}
+	}
+	if total == 0 || len(cum) == 0 {
+		return 0, nil, fmt.Errorf("no samples in the profile's text")
+	}
+	return total, cum, nil
+}
+
+// profileUnderLoad runs ghz against t for about twice the profile window
+// at its measured rate, and saves a CPU profile taken in the middle of it.
+func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in ghzInput, file string) (ghz.Report, error) {
+	warm, err := h.ghzRun(t, c, in, warmupRequests).Do(ctx)
+	if err != nil {
+		return warm, fmt.Errorf("warm-up: %w", err)
+	}
+	n := min(max(int(warm.RPS*2*profileWindow.Seconds()), minRequests), maxRequests)
+	type result struct {
+		rep ghz.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := h.ghzRun(t, c, in, n).Do(ctx)
+		done <- result{rep, err}
+	}()
+	select {
+	case <-time.After(profileWindow / 4):
+	case r := <-done:
+		return r.rep, fmt.Errorf("ghz ended before the profile began: %v", r.err)
+	}
+	perr := fetchProfile(ctx, t.pprofURL, file)
+	r := <-done
+	if r.err != nil {
+		return r.rep, r.err
+	}
+	return r.rep, perr
+}
+
+// fetchProfile saves the CPU profile served at base/debug/pprof/profile.
+func fetchProfile(ctx context.Context, base, file string) error {
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(profileWindow.Seconds()))
+	ctx, cancel := context.WithTimeout(ctx, profileWindow+10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("profile: GET %s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile: %w", err)
+	}
+	return f.Close()
+}
