@@ -73,6 +73,12 @@ func FuzzCheck(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Check returned a gRPC error: %v", err)
 		}
+		// Whatever the body, Envoy can decode the answer, and its
+		// metadata says what the answer is.
+		md := onTheWire(t, resp).GetDynamicMetadata().GetFields()
+		if allowed := resp.GetOkResponse() != nil; md["decision"].GetStringValue() != map[bool]string{true: "allow", false: "deny"}[allowed] {
+			t.Fatalf("allowed %v, metadata says %v", allowed, md)
+		}
 		ok := resp.GetOkResponse()
 		if ok == nil {
 			if resp.GetDeniedResponse() == nil {
@@ -85,6 +91,9 @@ func FuzzCheck(f *testing.F) {
 			if h.GetHeader().GetKey() == HeaderTool {
 				pinned = h.GetHeader().GetValue()
 			}
+		}
+		if md["tool"].GetStringValue() != pinned {
+			t.Fatalf("metadata names tool %q, upstream headers pin %q", md["tool"].GetStringValue(), pinned)
 		}
 		var audit struct {
 			Decision string `json:"decision"`

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/capsnap/capsnap/cache"
@@ -335,10 +336,13 @@ func TestCheckGolden(t *testing.T) {
 	}
 }
 
-// stableJSON renders a response as indented JSON with sorted header lists;
-// protojson alone varies its whitespace on purpose.
+// stableJSON renders a response as Envoy reads it, decoded from the wire
+// (where the pre-encoded metadata becomes a Struct again), as indented
+// JSON with sorted header lists; protojson alone varies its whitespace on
+// purpose.
 func stableJSON(t *testing.T, resp *authv3.CheckResponse) []byte {
 	t.Helper()
+	resp = onTheWire(t, resp)
 	if ok := resp.GetOkResponse(); ok != nil {
 		sort.Strings(ok.HeadersToRemove)
 	}
@@ -355,6 +359,23 @@ func stableJSON(t *testing.T, resp *authv3.CheckResponse) []byte {
 		t.Fatal(err)
 	}
 	return append(out, '\n')
+}
+
+// onTheWire is resp encoded and decoded again, as its receiver sees it.
+func onTheWire(t testing.TB, resp *authv3.CheckResponse) *authv3.CheckResponse {
+	t.Helper()
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(authv3.CheckResponse)
+	if err := proto.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.ProtoReflect().GetUnknown()) != 0 {
+		t.Fatalf("the response has bytes no CheckResponse field decodes: %x", out.ProtoReflect().GetUnknown())
+	}
+	return out
 }
 
 const (
