@@ -674,6 +674,9 @@ func TestMetricsAndAudit(t *testing.T) {
 	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("deny", "unknown_server", "unknown", "none")); got != 1 {
 		t.Errorf("deny count = %v, want 1", got)
 	}
+	if hits, misses := testutil.ToFloat64(f.metrics.hits), testutil.ToFloat64(f.metrics.misses); hits != 2 || misses != 0 {
+		t.Errorf("snapshot lookups: %v hits, %v misses; want 2 and 0", hits, misses)
+	}
 	lines := bytes.Split(bytes.TrimSpace(f.audit.Bytes()), []byte("\n"))
 	if len(lines) != 4 {
 		t.Fatalf("%d audit lines, want 4 (list, two calls, one denial)", len(lines))
@@ -690,6 +693,28 @@ func TestMetricsAndAudit(t *testing.T) {
 	}
 	if d, _ := call["snapshot_digest"].(string); len(d) != len("sha256:")+64 {
 		t.Errorf("audit snapshot_digest = %v", call["snapshot_digest"])
+	}
+}
+
+// Decisions counted at once from many goroutines all land in the one
+// series of their labels.
+func TestDecisionCountersConcurrent(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	l := decisionLabels{"deny", "schema_drift", "billing", "money_move"}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 500 {
+				m.decided(l)
+			}
+		})
+	}
+	wg.Wait()
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect)); got != 4000 {
+		t.Fatalf("count = %v, want 4000", got)
+	}
+	if n := testutil.CollectAndCount(m.decisions); n != 1 {
+		t.Fatalf("%d series, want 1", n)
 	}
 }
 
