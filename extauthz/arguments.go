@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/capsnap/capsnap/argschema"
 	"github.com/capsnap/capsnap/deny"
@@ -9,10 +10,11 @@ import (
 
 // schemas holds the compiled inputSchema of each tool definition, by
 // schema digest: a digest names one definition, so a compiled schema never
-// needs invalidating, only bounding.
+// needs invalidating, only bounding. Every tools/call reads it and almost
+// none writes it, so it is a sync.Map, whose reads take no lock.
 type schemas struct {
-	mu sync.Mutex
-	m  map[string]compiled
+	m sync.Map // schema digest → compiled
+	n atomic.Int64
 }
 
 type compiled struct {
@@ -25,18 +27,19 @@ type compiled struct {
 const maxSchemas = 4096
 
 func (c *schemas) get(digest string, inputSchema []byte) compiled {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if got, ok := c.m[digest]; ok {
-		return got
+	if got, ok := c.m.Load(digest); ok {
+		return got.(compiled)
 	}
-	if c.m == nil || len(c.m) >= maxSchemas {
-		c.m = map[string]compiled{}
+	if c.n.Load() >= maxSchemas {
+		c.m.Clear()
+		c.n.Store(0)
 	}
 	s, err := argschema.Compile(inputSchema)
-	got := compiled{schema: s, err: err}
-	c.m[digest] = got
-	return got
+	got, loaded := c.m.LoadOrStore(digest, compiled{schema: s, err: err})
+	if !loaded {
+		c.n.Add(1)
+	}
+	return got.(compiled)
 }
 
 // checkArguments holds a call's arguments to the pinned definition's

@@ -1,0 +1,30 @@
+package extauthz
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The compiled-schema cache stays within maxSchemas however many
+// definitions pass through it, and still answers by digest after it
+// starts over.
+func TestSchemasBounded(t *testing.T) {
+	var c schemas
+	schema := []byte(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
+	for i := range maxSchemas + 10 {
+		if got := c.get(fmt.Sprintf("sha256:%d", i), schema); got.err != nil || got.schema == nil {
+			t.Fatalf("schema %d: %v", i, got.err)
+		}
+	}
+	held := 0
+	c.m.Range(func(any, any) bool { held++; return true })
+	if held > maxSchemas || int64(held) != c.n.Load() {
+		t.Fatalf("cache holds %d schemas (counted %d), bound %d", held, c.n.Load(), maxSchemas)
+	}
+	if _, fail := c.checkArguments("sha256:1", schema, []byte(`{"n":"x"}`)); fail == nil {
+		t.Fatal("a string passed an integer schema after the cache started over")
+	}
+	if _, fail := c.checkArguments("sha256:1", schema, []byte(`{"n":3}`)); fail != nil {
+		t.Fatalf("valid arguments denied: %v", fail)
+	}
+}
