@@ -140,7 +140,7 @@ func (s *Server) Ready() error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if _, fail := s.live(id); fail != nil {
+		if _, fail := s.live(id, s.now()); fail != nil {
 			return fail
 		}
 	}
@@ -158,7 +158,7 @@ func (s *Server) SetRules(r *Rules) {
 // can read: Envoy would apply its failure mode instead of capsnap's answer.
 func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := s.now()
-	d := &decision{}
+	d := &decision{now: start}
 	d.fail = s.evaluate(req, d)
 	elapsed := s.now().Sub(start)
 	s.record(d, elapsed)
@@ -168,6 +168,9 @@ func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.Che
 // decision collects what evaluate learned, for the response, the audit line
 // and the metrics alike.
 type decision struct {
+	// now is when the decision began: the one instant its freshness and
+	// expiry tests are made at.
+	now          time.Time
 	fail         *deny.Error
 	requestID    string
 	principal    string
@@ -289,7 +292,7 @@ func (s *Server) parse(h *authv3.AttributeContext_HttpRequest) (*mcpparse.Reques
 // verify against: synced, its connection healthy (or it would miss
 // list_changed) and confirmed within the configured age. A stale catalog's
 // last list is returned with the failure, for the audited stale-read path.
-func (s *Server) live(serverID string) (*catalog.List, *deny.Error) {
+func (s *Server) live(serverID string, now time.Time) (*catalog.List, *deny.Error) {
 	list, st, err := s.catalog.Lookup(serverID)
 	if err != nil {
 		if de, ok := deny.As(err); ok {
@@ -300,7 +303,7 @@ func (s *Server) live(serverID string) (*catalog.List, *deny.Error) {
 	if st.LastError != nil {
 		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: last refresh failed: %v", serverID, st.LastError)
 	}
-	if age := s.now().Sub(st.FetchedAt); age > s.freshness.MaxAge {
+	if age := now.Sub(st.FetchedAt); age > s.freshness.MaxAge {
 		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: catalog is %s old, over the %s bound", serverID, age.Round(time.Millisecond), s.freshness.MaxAge)
 	}
 	return list, nil
@@ -311,11 +314,11 @@ func (s *Server) live(serverID string) (*catalog.List, *deny.Error) {
 // approves at their live digest), from capsnap's own live view of the
 // server, never from what the response will say.
 func (s *Server) mint(d *decision) *deny.Error {
-	list, fail := s.live(d.serverID)
+	list, fail := s.live(d.serverID, d.now)
 	if fail != nil {
 		return fail
 	}
-	now := s.now()
+	now := d.now
 	snap := &cache.Snapshot{
 		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
 		ObservedAt: now, ValidUntil: now.Add(s.ttl), CatalogGeneration: list.Generation,
@@ -343,7 +346,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 // rules are the pinned ones; then the arguments satisfy the pinned schema,
 // the pinned constraints and sequence rules.
 func (s *Server) verifyCall(d *decision) *deny.Error {
-	list, catalogFail := s.live(d.serverID)
+	list, catalogFail := s.live(d.serverID, d.now)
 	r := s.rules.Load()
 
 	snap, fail := s.snapshotFor(d)
@@ -360,7 +363,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if snap.ServerID != d.serverID {
 		return deny.Errorf(deny.NoSnapshot, "snapshot %s is for server %q, not %q", snap.Epoch, snap.ServerID, d.serverID)
 	}
-	if now := s.now(); !now.Before(snap.ValidUntil) {
+	if !d.now.Before(snap.ValidUntil) {
 		return deny.Errorf(deny.SnapshotExpired, "snapshot %s expired at %s", snap.Epoch, snap.ValidUntil.UTC().Format(time.RFC3339))
 	}
 	pin, pinned := snap.Pin(d.tool)
