@@ -1,20 +1,15 @@
 package extauthz
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/capsnap/capsnap/argschema"
 	"github.com/capsnap/capsnap/deny"
 )
 
 // schemas holds the compiled inputSchema of each tool definition, by
 // schema digest: a digest names one definition, so a compiled schema never
-// needs invalidating, only bounding. Every tools/call reads it and almost
-// none writes it, so it is a sync.Map, whose reads take no lock.
+// needs invalidating, only bounding.
 type schemas struct {
-	m sync.Map // schema digest → compiled
-	n atomic.Int64
+	bounded[string, compiled]
 }
 
 type compiled struct {
@@ -27,19 +22,10 @@ type compiled struct {
 const maxSchemas = 4096
 
 func (c *schemas) get(digest string, inputSchema []byte) compiled {
-	if got, ok := c.m.Load(digest); ok {
-		return got.(compiled)
-	}
-	if c.n.Load() >= maxSchemas {
-		c.m.Clear()
-		c.n.Store(0)
-	}
-	s, err := argschema.Compile(inputSchema)
-	got, loaded := c.m.LoadOrStore(digest, compiled{schema: s, err: err})
-	if !loaded {
-		c.n.Add(1)
-	}
-	return got.(compiled)
+	return c.bounded.get(digest, maxSchemas, func() (string, compiled) {
+		s, err := argschema.Compile(inputSchema)
+		return digest, compiled{schema: s, err: err}
+	})
 }
 
 // checkArguments holds a call's arguments to the pinned definition's

@@ -3,7 +3,7 @@ package extauthz
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,9 +18,8 @@ type Metrics struct {
 	// counters holds each decisions series by its decisionLabels, once
 	// used: WithLabelValues hashes and validates four labels under a
 	// read lock that every Check shares, a fifth of a decision's CPU on a
-	// busy server. A sync.Map read takes no lock, and the labels are
-	// bounded, so the map is too.
-	counters sync.Map
+	// busy server.
+	counters bounded[decisionLabels, prometheus.Counter]
 	latency  prometheus.Histogram
 	reloads  *prometheus.CounterVec
 	policy   *prometheus.GaugeVec
@@ -34,11 +33,11 @@ type decisionLabels struct{ decision, reason, serverID, effect string }
 
 // decided counts one decision.
 func (m *Metrics) decided(l decisionLabels) {
-	c, ok := m.counters.Load(l)
-	if !ok {
-		c, _ = m.counters.LoadOrStore(l, m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect))
-	}
-	c.(prometheus.Counter).Inc()
+	// The labels are bounded; so is this, should that ever change.
+	m.counters.get(l, 1<<14, func() (decisionLabels, prometheus.Counter) {
+		kept := decisionLabels{l.decision, l.reason, strings.Clone(l.serverID), l.effect}
+		return kept, m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect)
+	}).Inc()
 }
 
 // NewMetrics registers the decision metrics on reg.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/policy"
 )
 
 // CodeDenied is the JSON-RPC error code of every capsnap denial. JSON-RPC
@@ -45,8 +46,8 @@ const (
 	HeaderDrift = "x-capability-drift"
 )
 
-func (d *decision) response() *authv3.CheckResponse {
-	resp := d.answer()
+func (d *decision) response(pins *pinHeaders) *authv3.CheckResponse {
+	resp := d.answer(pins)
 	// The metadata goes into the message already encoded, as the bytes of
 	// its dynamic_metadata field: protobuf-go takes about 6µs and 15
 	// allocations to marshal a seven-entry Struct (a map of messages),
@@ -131,7 +132,23 @@ func fieldNumber(m protoreflect.MessageDescriptor, name protoreflect.Name) proto
 	return f.Number()
 }
 
-func (d *decision) answer() *authv3.CheckResponse {
+// pinKey is what the headers of an allowed call to the upstream depend
+// on, but for the principal and the epoch.
+type pinKey struct {
+	serverID, tool, digest, policyDigest string
+	effect                               policy.EffectClass
+}
+
+// pinHeaders holds, by pinKey, the headers every allowed call of one
+// pinned definition under one policy carries, shared by every response
+// that carries them: marshalling only reads them, and sharing them spares
+// each allowed call most of its response's allocation. Bounded like the
+// schemas, by the catalogs' definitions and the policies in force.
+type pinHeaders = bounded[pinKey, []*corev3.HeaderValueOption]
+
+const maxPinHeaders = 4096
+
+func (d *decision) answer(pins *pinHeaders) *authv3.CheckResponse {
 	if d.fail != nil {
 		return d.denied()
 	}
@@ -140,17 +157,20 @@ func (d *decision) answer() *authv3.CheckResponse {
 	case d.tool != "":
 		// Through handler start: the upstream gets exactly what was
 		// verified, so its handler can check the pin against itself.
-		set = overwrite(
-			HeaderServerID, d.serverID,
-			HeaderTool, d.tool,
-			HeaderSchemaDigest, d.digest,
-			HeaderEffectClass, d.effect.String(),
-			HeaderPolicyDigest, d.policyDigest,
-			HeaderPrincipal, d.principal,
-			HeaderEpoch, d.snapshot.Epoch,
-		)
+		k := pinKey{d.serverID, d.tool, d.digest, d.policyDigest, d.effect}
+		common := pins.get(k, maxPinHeaders, func() (pinKey, []*corev3.HeaderValueOption) {
+			k := pinKey{strings.Clone(k.serverID), strings.Clone(k.tool), strings.Clone(k.digest), strings.Clone(k.policyDigest), k.effect}
+			return k, overwrite(nil,
+				HeaderServerID, k.serverID,
+				HeaderTool, k.tool,
+				HeaderSchemaDigest, k.digest,
+				HeaderEffectClass, k.effect.String(),
+				HeaderPolicyDigest, k.policyDigest,
+			)
+		})
+		set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch)
 	case d.snapshot != nil:
-		toClient = overwrite(
+		toClient = overwrite(nil,
 			HeaderEpoch, d.snapshot.Epoch,
 			HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339),
 		)
@@ -182,23 +202,24 @@ outer:
 	return out
 }
 
-// overwrite returns headers that replace any the request has, from
-// alternating keys and values. Every header of a response shares one
-// allocation: this is on every request.
-func overwrite(kv ...string) []*corev3.HeaderValueOption {
+// overwrite returns shared followed by headers that replace any the
+// request has, from alternating keys and values. The new headers share
+// one allocation: this is on every request.
+func overwrite(shared []*corev3.HeaderValueOption, kv ...string) []*corev3.HeaderValueOption {
 	n := len(kv) / 2
 	type header struct {
 		opt corev3.HeaderValueOption
 		val corev3.HeaderValue
 	}
 	hs := make([]header, n)
-	out := make([]*corev3.HeaderValueOption, n)
+	out := make([]*corev3.HeaderValueOption, len(shared), len(shared)+n)
+	copy(out, shared)
 	for i := range hs {
 		h := &hs[i]
 		h.val.Key, h.val.Value = kv[2*i], kv[2*i+1]
 		h.opt.Header = &h.val
 		h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		out[i] = &h.opt
+		out = append(out, &h.opt)
 	}
 	return out
 }
@@ -263,9 +284,9 @@ func (d *decision) denied() *authv3.CheckResponse {
 		// happen, and if it did the denial must still stand.
 		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
 	}
-	headers := overwrite(HeaderReason, string(d.fail.Reason), "content-type", "application/json")
+	headers := overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json")
 	if d.fail.Reason.Drift() {
-		headers = overwrite(HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
+		headers = overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
 	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},

@@ -70,15 +70,17 @@ type Server struct {
 	rules     atomic.Pointer[Rules]
 	listTools bool
 	schemas   schemas
-	snapshots cache.Store
-	ttl       time.Duration
-	freshness config.Catalog
-	principal config.Principal
-	limits    mcpparse.Limits
-	audit     zerolog.Logger
-	metrics   *Metrics
-	now       func() time.Time
-	newEpoch  func() string
+	// pinHeaders are the shared headers of allowed calls (response.go).
+	pinHeaders pinHeaders
+	snapshots  cache.Store
+	ttl        time.Duration
+	freshness  config.Catalog
+	principal  config.Principal
+	limits     mcpparse.Limits
+	audit      zerolog.Logger
+	metrics    *Metrics
+	now        func() time.Time
+	newEpoch   func() string
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
@@ -162,7 +164,7 @@ func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.Che
 	d.fail = s.evaluate(req, d)
 	elapsed := s.now().Sub(start)
 	s.record(d, elapsed)
-	return d.response(), nil
+	return d.response(&s.pinHeaders), nil
 }
 
 // decision collects what evaluate learned, for the response, the audit line

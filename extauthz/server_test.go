@@ -721,3 +721,44 @@ func TestDecisionCountersConcurrent(t *testing.T) {
 func testutilCount(f *fixture, result string) float64 {
 	return testutil.ToFloat64(f.metrics.reloads.WithLabelValues(result))
 }
+
+// Allowed calls of one pinned definition share the headers that depend on
+// it alone, and each still carries its own snapshot's epoch; a call of
+// another tool gets its own.
+func TestAllowedCallsSharePinHeaders(t *testing.T) {
+	f := newFixture(t)
+	check := func(epoch, tool string) *authv3.CheckResponse {
+		t.Helper()
+		resp, err := f.Check(t.Context(), checkCase{Principal: support, Body: callBody(tool), Headers: map[string]string{HeaderEpoch: epoch}}.request())
+		if err != nil || resp.GetOkResponse() == nil {
+			t.Fatalf("%s under %s: %v, %v", tool, epoch, resp, err)
+		}
+		return resp
+	}
+	first, second := f.list(t, support, "billing", nil), f.list(t, support, "billing", nil)
+	a, b := check(first, "refund"), check(second, "refund")
+	other := check(second, "lookup_order")
+	ha, hb, ho := a.GetOkResponse().Headers, b.GetOkResponse().Headers, other.GetOkResponse().Headers
+	if len(ha) != 7 || len(hb) != 7 {
+		t.Fatalf("%d and %d headers, want 7", len(ha), len(hb))
+	}
+	for i := range 5 {
+		if ha[i] != hb[i] {
+			t.Errorf("header %s is not shared between two calls of the same pin", ha[i].GetHeader().GetKey())
+		}
+		if ha[i] == ho[i] {
+			t.Errorf("header %s is shared with another tool's call", ha[i].GetHeader().GetKey())
+		}
+	}
+	upstream := func(h []*corev3.HeaderValueOption, key string) string {
+		for _, o := range h {
+			if o.GetHeader().GetKey() == key {
+				return o.GetHeader().GetValue()
+			}
+		}
+		return ""
+	}
+	if upstream(ha, HeaderEpoch) != first || upstream(hb, HeaderEpoch) != second || upstream(ho, HeaderTool) != "lookup_order" {
+		t.Errorf("epochs %q, %q (want %q, %q); other tool %q", upstream(ha, HeaderEpoch), upstream(hb, HeaderEpoch), first, second, upstream(ho, HeaderTool))
+	}
+}

@@ -1,0 +1,35 @@
+package extauthz
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// bounded maps keys to values derived from them, for what every Check
+// reads and almost none writes: reads take no lock (sync.Map), and when it
+// holds max entries it starts over, since every value can be derived
+// again.
+type bounded[K comparable, V any] struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+// get returns k's value, deriving it with derive on a miss. derive also
+// returns the key to keep, equal to k: a copy, where k may point into a
+// request that the map must not keep alive. Two Checks that miss at once
+// may both derive it; one value is kept.
+func (b *bounded[K, V]) get(k K, max int64, derive func() (K, V)) V {
+	if v, ok := b.m.Load(k); ok {
+		return v.(V)
+	}
+	if b.n.Load() >= max {
+		b.m.Clear()
+		b.n.Store(0)
+	}
+	kept, v := derive()
+	got, loaded := b.m.LoadOrStore(kept, v)
+	if !loaded {
+		b.n.Add(1)
+	}
+	return got.(V)
+}
