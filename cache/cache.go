@@ -2,13 +2,12 @@
 // when a principal discovers a server's tools, which its later tool calls
 // are verified against.
 //
-// A pin is found only under the full (server_id, tool_id, schema_digest,
-// principal, epoch) key of the snapshot that pinned it: a same-named tool
-// on another server, another digest or another principal is simply not
-// there. The store indexes snapshots by epoch and matches the rest of the
-// key inside the snapshot, so a snapshot's pins live and die together: no
-// pin is ever evicted on its own, which a later call would misread as
-// drift. Memory is bounded (ristretto) and every snapshot expires at its
+// A pin holds only for the full (server_id, tool_id, schema_digest,
+// principal, epoch) tuple of the snapshot that pinned it: the store
+// indexes snapshots by epoch, each snapshot names its principal and server
+// and pins each tool at one digest, and the caller holds a call to all of
+// them. A snapshot's pins live and die together: no pin is ever evicted on
+// its own, which a later call would misread as drift. Memory is bounded (ristretto) and every snapshot expires at its
 // valid_until.
 package cache
 
@@ -67,31 +66,12 @@ func (s *Snapshot) Pin(tool string) (Pin, bool) {
 	return s.Pins[i], true
 }
 
-// Pinned returns the pin that s holds under exactly k: s is k's snapshot
-// (epoch, server, principal) and pins k's tool at k's digest.
-func (s *Snapshot) Pinned(k Key) (Pin, bool) {
-	if s.Epoch != k.Epoch || s.ServerID != k.ServerID || s.Principal != k.Principal {
-		return Pin{}, false
-	}
-	p, ok := s.Pin(k.ToolID)
-	if !ok || p.SchemaDigest != k.SchemaDigest {
-		return Pin{}, false
-	}
-	return p, true
-}
-
 // calls are the tools called under one snapshot. They live in the snapshot
 // so that they expire with it, and so that recording one is a map write
 // rather than a store write the next call would have to wait for.
 type calls struct {
 	mu   sync.Mutex
 	done map[string]struct{}
-}
-
-// Key is the identity of one pinned tool. A tool is never looked up by its
-// name alone.
-type Key struct {
-	ServerID, ToolID, SchemaDigest, Principal, Epoch string
 }
 
 // encode joins parts unambiguously: each is length-prefixed, so no choice

@@ -77,37 +77,33 @@ func (d *decision) metadata() protoreflect.RawFields {
 		{"schema_digest", d.digest}, {"policy_digest", d.policyDigest},
 		{"epoch", epoch},
 	}
-	for i := range fields {
-		// A proto3 string is UTF-8; these are (mcpparse refuses
-		// anything else), and stay so should that ever change.
-		fields[i].v = strings.ToValidUTF8(fields[i].v, "\uFFFD")
-	}
 	// Struct is {map<string, Value> fields = 1}, each map entry {key = 1,
 	// value = 2}, each Value here {string_value = 3}; an empty value is
-	// left out.
-	valueLen := func(v string) int { return protowire.SizeTag(wire.stringValue) + protowire.SizeBytes(len(v)) }
-	entryLen := func(k, v string) int {
-		return protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(valueLen(v))
-	}
+	// left out. Every value is UTF-8, as a proto3 string must be: mcpparse
+	// refuses anything else, and FuzzCheck decodes every response.
+	var valueLen, entryLen [len(fields)]int
 	structLen := 0
-	for _, kv := range fields {
-		if kv.v != "" {
-			structLen += protowire.SizeTag(wire.structFields) + protowire.SizeBytes(entryLen(kv.k, kv.v))
+	for i, kv := range fields {
+		if kv.v == "" {
+			continue
 		}
+		valueLen[i] = protowire.SizeTag(wire.stringValue) + protowire.SizeBytes(len(kv.v))
+		entryLen[i] = protowire.SizeTag(1) + protowire.SizeBytes(len(kv.k)) + protowire.SizeTag(2) + protowire.SizeBytes(valueLen[i])
+		structLen += protowire.SizeTag(wire.structFields) + protowire.SizeBytes(entryLen[i])
 	}
 	b := make([]byte, 0, protowire.SizeTag(wire.metadata)+protowire.SizeBytes(structLen))
 	b = protowire.AppendTag(b, wire.metadata, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(structLen))
-	for _, kv := range fields {
+	for i, kv := range fields {
 		if kv.v == "" {
 			continue
 		}
 		b = protowire.AppendTag(b, wire.structFields, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(entryLen(kv.k, kv.v)))
+		b = protowire.AppendVarint(b, uint64(entryLen[i]))
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendString(b, kv.k)
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(valueLen(kv.v)))
+		b = protowire.AppendVarint(b, uint64(valueLen[i]))
 		b = protowire.AppendTag(b, wire.stringValue, protowire.BytesType)
 		b = protowire.AppendString(b, kv.v)
 	}

@@ -320,10 +320,9 @@ func (s *Server) mint(d *decision) *deny.Error {
 	if fail != nil {
 		return fail
 	}
-	now := d.now
 	snap := &cache.Snapshot{
 		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
-		ObservedAt: now, ValidUntil: now.Add(s.ttl), CatalogGeneration: list.Generation,
+		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
 	}
 	r := s.rules.Load()
 	for name, t := range list.Tools {
@@ -380,14 +379,14 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 		return s.staleRead(d, r, pin, list, catalogFail)
 	}
 
-	// The pin is found under the full (server, tool, live digest,
-	// principal, epoch) tuple or not at all.
+	// The snapshot (epoch) is the caller's (principal) for this server and
+	// pins this tool; the last of the tuple is the live digest.
 	live, ok := list.Tools[d.tool]
 	if !ok {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is gone from server %q", d.tool, d.serverID)
 	}
 	d.liveDigest = live.Digest
-	if _, ok := snap.Pinned(cache.Key{ServerID: d.serverID, ToolID: d.tool, SchemaDigest: live.Digest, Principal: d.principal, Epoch: snap.Epoch}); !ok {
+	if live.Digest != pin.SchemaDigest {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.tool, live.Digest, pin.SchemaDigest)
 	}
 	// A definition that changed and changed back is still new evidence:

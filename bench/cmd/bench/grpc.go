@@ -89,7 +89,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	}
 	c := concurrencies[len(concurrencies)-1]
 	h.logf("   profiling capsnap and the floor at c=%d", c)
-	h.results.LiveProfile, h.results.CPUBreakdown, err = h.liveProfile(ctx, targets, c, files)
+	h.results.LiveProfile, h.results.CPUBreakdown, err = h.liveProfile(ctx, targets, c, files, req)
 	return err
 }
 
@@ -198,7 +198,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 	reports := make([][]ghz.Report, len(targets))
 	half := make([]int, len(targets))
 	for i, t := range targets {
-		n, err := h.warmUp(ctx, t, c, in, req)
+		n, err := h.warmUp(ctx, t, c, in, req, h.o.grpcRun)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -237,8 +237,8 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 }
 
 // warmUp checks that t allows req, runs a discarded warm-up, and returns
-// how many requests a run of grpcRun is at its rate.
-func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) (int, error) {
+// how many requests a run of about d is at its rate.
+func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest, d time.Duration) (int, error) {
 	if err := checkOnce(ctx, t.client, req); err != nil {
 		return 0, fmt.Errorf("the Check before the run: %w", err)
 	}
@@ -246,7 +246,7 @@ func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in ghzInput, 
 	if err != nil {
 		return 0, fmt.Errorf("warm-up: %w", err)
 	}
-	return min(max(int(warm.RPS*h.o.grpcRun.Seconds()), minRequests), maxRequests), nil
+	return min(max(int(warm.RPS*d.Seconds()), minRequests), maxRequests), nil
 }
 
 // turn is one measured ghz run of n requests, with the server's CPU time

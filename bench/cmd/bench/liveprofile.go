@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
 	"github.com/capsnap/capsnap/bench/ghz"
 	"github.com/capsnap/capsnap/bench/report"
 )
@@ -25,7 +27,7 @@ const profileWindow = 5 * time.Second
 // included, which no in-process benchmark shows. These runs are not
 // measured; they come after the measured ones.
 // It also breaks each server's CPU per Check into cpuParts.
-func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in ghzInput) (*report.Profile, []report.CPUPart, error) {
+func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) (*report.Profile, []report.CPUPart, error) {
 	var what, top, cmds []string
 	perCheck := map[string]map[string]time.Duration{}
 	for _, t := range targets {
@@ -33,7 +35,7 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, 
 			continue
 		}
 		file := filepath.Join(h.o.out, "live-"+t.proc.Name+".pprof")
-		rep, err := h.profileUnderLoad(ctx, t, c, in, file)
+		rep, err := h.profileUnderLoad(ctx, t, c, in, req, file)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -146,13 +148,12 @@ func parseTop(out string) (time.Duration, map[string]time.Duration, error) {
 }
 
 // profileUnderLoad runs ghz against t for about twice the profile window
-// at its measured rate, and saves a CPU profile taken in the middle of it.
-func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in ghzInput, file string) (ghz.Report, error) {
-	warm, err := h.ghzRun(t, c, in, warmupRequests).Do(ctx)
+// at its warm-up rate, and saves a CPU profile taken in the middle of it.
+func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest, file string) (ghz.Report, error) {
+	n, err := h.warmUp(ctx, t, c, in, req, 2*profileWindow)
 	if err != nil {
-		return warm, fmt.Errorf("warm-up: %w", err)
+		return ghz.Report{}, err
 	}
-	n := min(max(int(warm.RPS*2*profileWindow.Seconds()), minRequests), maxRequests)
 	type result struct {
 		rep ghz.Report
 		err error
