@@ -199,3 +199,7 @@ func paramString(params []byte, key string) (string, bool) {
 	}
 	return unquote(v), true
 }
+
+// ParamString returns the string member key of the message's params, such
+// as a tools/list's cursor.
+func (m *Message) ParamString(key string) (string, bool) { return paramString(m.Params, key) }
