@@ -68,6 +68,12 @@ type MCPSource struct {
 	// HTTPClient carries the requests; nil means a client of its own. It
 	// must have no Timeout, which would cut the notification streams.
 	HTTPClient *http.Client
+	// Capabilities are the client capabilities the session declares
+	// (config.ClientCapabilityNames): servers may offer some tools only to
+	// sessions that declare one, and capsnap must see every tool any agent
+	// can be delivered. Requests the server then sends (sampling,
+	// elicitation) are refused: capsnap has no model and no user.
+	Capabilities []string
 	// OnListChanged, if set, is called for every
 	// notifications/tools/list_changed, before the relist it triggers;
 	// the metrics count them with Catalog.NoteListChanged.
@@ -134,7 +140,7 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 	changed := make(chan struct{}, 1)
 	acked := make(chan struct{})
 	var ackOnce sync.Once
-	client := mcp.NewClient(&mcp.Implementation{Name: "capsnap-catalog", Version: "1"}, &mcp.ClientOptions{
+	client := mcp.NewClient(&mcp.Implementation{Name: "capsnap-catalog", Version: "1"}, s.clientOptions(&mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			if s.OnListChanged != nil {
 				s.OnListChanged()
@@ -144,7 +150,7 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 			default: // a relist is already due and will see this change too
 			}
 		},
-	})
+	}))
 	client.AddSendingMiddleware(freshLists)
 	client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -234,6 +240,32 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 		case <-tick.C:
 		}
 	}
+}
+
+// clientOptions declares what s.Capabilities names. The SDK declares
+// sampling and elicitation whenever their handlers are set, so a handler is
+// set only for a capability that is declared.
+func (s *MCPSource) clientOptions(o *mcp.ClientOptions) *mcp.ClientOptions {
+	o.Capabilities = &mcp.ClientCapabilities{}
+	for _, c := range s.Capabilities {
+		switch c {
+		case "roots":
+			o.Capabilities.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
+		case "sampling":
+			o.CreateMessageHandler = refuseSampling
+		case "elicitation":
+			o.ElicitationHandler = refuseElicitation
+		}
+	}
+	return o
+}
+
+func refuseSampling(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	return nil, errors.New("capsnap's catalog session has no model to sample")
+}
+
+func refuseElicitation(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	return &mcp.ElicitResult{Action: "decline"}, nil
 }
 
 // freshLists keeps the SDK from caching tools/list results, by zeroing the

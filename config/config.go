@@ -55,6 +55,9 @@ type Config struct {
 	Servers []Server `yaml:"servers"`
 	// Snapshots configures the capability snapshots minted at tools/list.
 	Snapshots Snapshots `yaml:"snapshots"`
+	// Discovery says what a snapshot binds: the tools/list response the
+	// agent was delivered, or capsnap's own view of the catalog.
+	Discovery Discovery `yaml:"discovery"`
 	// Catalog says when a server's catalog is too old to verify against.
 	Catalog Catalog `yaml:"catalog"`
 	// Limits bound what a request body may be.
@@ -116,6 +119,41 @@ type Server struct {
 	// Resync is the backstop interval for relisting even without a
 	// list_changed notification.
 	Resync time.Duration `yaml:"resync_interval"`
+	// ClientCapabilities are the client capabilities capsnap's own MCP
+	// session declares at initialize. Servers may offer a tool only to
+	// sessions that declare one; declaring them all lets capsnap see the
+	// widest catalog, so that it can confirm any tool an agent is
+	// delivered. Nil means all of ClientCapabilityNames.
+	ClientCapabilities []string `yaml:"client_capabilities"`
+}
+
+// ClientCapabilityNames are the client capabilities capsnap can declare.
+var ClientCapabilityNames = []string{"elicitation", "roots", "sampling"}
+
+// Discovery modes.
+const (
+	// BindDelivered mints a snapshot from the tools/list response itself,
+	// which Envoy's ext_proc filter sends capsnap: it pins exactly the
+	// tools the agent is delivered that capsnap's live view confirms, and
+	// rewrites the response to exactly those.
+	BindDelivered = "delivered"
+	// BindCatalog mints a snapshot at the tools/list request, from
+	// capsnap's own view of the catalog: for an Envoy with ext_authz only.
+	// It is the weaker mode: the agent is delivered whatever the server
+	// sends, which may differ from what was pinned.
+	BindCatalog = "catalog"
+)
+
+// Discovery configures the authorize boundary.
+type Discovery struct {
+	// Bind is BindDelivered or BindCatalog.
+	Bind string `yaml:"bind"`
+	// MaxResponseBytes bounds a tools/list response capsnap reads on the
+	// response path; a larger one never reaches the agent. Envoy buffers
+	// such a response up to the ext_authz filter's max_request_bytes
+	// (which bounds both directions of the request) and refuses a larger
+	// one itself: keep the two equal.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
 }
 
 // Denials configures what a denial tells the caller.
@@ -176,6 +214,7 @@ func Default() Config {
 		PolicyPoll: 2 * time.Second,
 		Denials:    Denials{ListAllowedTools: true},
 		Snapshots:  Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
+		Discovery:  Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
 		Catalog:    Catalog{MaxAge: 2 * time.Minute},
 		Limits:     Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:        Log{Level: "info", Format: "json"},
@@ -220,6 +259,9 @@ func Parse(data []byte) (Config, error) {
 		}
 		if c.Servers[i].ProtocolVersion == "" && c.Servers[i].URL != "" {
 			c.Servers[i].ProtocolVersion = defaultProtocol
+		}
+		if c.Servers[i].ClientCapabilities == nil && c.Servers[i].URL != "" {
+			c.Servers[i].ClientCapabilities = slices.Clone(ClientCapabilityNames)
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -275,6 +317,14 @@ func (c Config) Validate() error {
 	// so the ceiling is what fits comfortably in memory.
 	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 1_000_000 {
 		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..1000000", c.Snapshots.MaxSnapshots)
+	}
+	switch c.Discovery.Bind {
+	case BindDelivered, BindCatalog:
+	default:
+		return fmt.Errorf("discovery.bind: %q is not %s or %s", c.Discovery.Bind, BindDelivered, BindCatalog)
+	}
+	if c.Discovery.MaxResponseBytes < 1024 || c.Discovery.MaxResponseBytes > 64<<20 {
+		return fmt.Errorf("discovery.max_response_bytes: %d is outside 1024..%d", c.Discovery.MaxResponseBytes, 64<<20)
 	}
 	if c.Catalog.MaxAge < time.Second {
 		return fmt.Errorf("catalog.max_age: %s is below 1s", c.Catalog.MaxAge)
@@ -356,6 +406,13 @@ func (s Server) validate() error {
 		}
 	case s.ProtocolVersion != "":
 		return errors.New("protocol_version: only applies with url")
+	case s.ClientCapabilities != nil:
+		return errors.New("client_capabilities: only applies with url")
+	}
+	for _, c := range s.ClientCapabilities {
+		if !slices.Contains(ClientCapabilityNames, c) {
+			return fmt.Errorf("client_capabilities: %q is not one of %s", c, strings.Join(ClientCapabilityNames, ", "))
+		}
 	}
 	if s.Resync < time.Second {
 		return fmt.Errorf("resync_interval: %s is below 1s", s.Resync)
