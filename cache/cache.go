@@ -47,8 +47,12 @@ type Snapshot struct {
 	ObservedAt time.Time
 	ValidUntil time.Time
 	// CatalogGeneration is the generation of the live catalog the pins
-	// were taken from.
+	// were taken from (the oldest one, for a snapshot that continues
+	// earlier pages of a list).
 	CatalogGeneration uint64
+	// NextCursor is the nextCursor of the tools/list page this snapshot
+	// was minted from: the request for the next page continues it.
+	NextCursor string
 	// Pins are sorted by ToolID when the snapshot is stored. A snapshot pins a handful of tools and a
 	// store holds up to millions of snapshots: a sorted slice costs a
 	// fraction of a map's memory and is as quick to search at this size.

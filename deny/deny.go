@@ -50,6 +50,14 @@ const (
 	// SequenceViolation: the policy requires another tool to have been
 	// called first under the same snapshot.
 	SequenceViolation Reason = "sequence_violation"
+	// MalformedResponse: a tools/list response on its way to the agent is
+	// not one capsnap can read strictly (malformed, over the limit, an
+	// unknown content type or encoding): it is never delivered unfiltered.
+	MalformedResponse Reason = "malformed_response"
+	// UnknownListing: a response reached capsnap's response path without a
+	// valid ticket from the Check that allowed its tools/list: Envoy's
+	// configuration sends capsnap responses it did not authorize.
+	UnknownListing Reason = "unknown_listing"
 	// NoSnapshot: the call has no snapshot to be verified against, or its
 	// snapshot does not pin this tool on this server.
 	NoSnapshot Reason = "no_snapshot"

@@ -347,8 +347,10 @@ func TestFaultListChangedStorm(t *testing.T) {
 		redeploys, storm.Round(time.Millisecond), last, converged.Round(time.Millisecond), outcomes)
 
 	// "" allowed; handler_drift is the handler-start check refusing a call
-	// capsnap allowed a moment before billing switched.
-	acceptable := map[string]bool{"": true, "schema_drift": true, "catalog_unavailable": true, "handler_drift": true}
+	// capsnap allowed a moment before billing switched; no_snapshot is a
+	// call under a list billing delivered at a digest capsnap's view had
+	// not confirmed (yet, or any more): refund was withheld from it.
+	acceptable := map[string]bool{"": true, "schema_drift": true, "catalog_unavailable": true, "handler_drift": true, "no_snapshot": true}
 	for k, n := range outcomes {
 		if r := k[strings.Index(k, ":")+1:]; !acceptable[r] {
 			t.Errorf("%d calls during the storm ended %q", n, r)

@@ -89,11 +89,32 @@ func TestMetricsAndAuditAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audited := map[string]int{}
+	// A Check's line is counted in decisions_total, a tools/list
+	// response's (phase "response") in deliveries_total.
+	audited, delivered := map[string]int{}, map[string]int{}
 	for _, line := range strings.Split(s.Capsnap.Output(), "\n") {
-		var a struct{ Log, Reason string }
-		if json.Unmarshal([]byte(line), &a) == nil && a.Log == "audit" {
+		var a struct{ Log, Reason, Phase string }
+		switch {
+		case json.Unmarshal([]byte(line), &a) != nil || a.Log != "audit":
+		case a.Phase == "response":
+			delivered[a.Reason]++
+		default:
 			audited[a.Reason]++
+		}
+	}
+	if delivered["ok"] == 0 {
+		t.Error("no tools/list response was audited")
+	}
+	for _, m := range families["capsnap_deliveries_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "result" {
+				delivered[l.GetValue()] -= int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	for result, n := range delivered {
+		if n != 0 {
+			t.Errorf("capsnap_deliveries_total{result=%q} and the audit trail differ by %d", result, n)
 		}
 	}
 	counted := map[string]int{}
@@ -111,7 +132,7 @@ func TestMetricsAndAuditAgree(t *testing.T) {
 	}
 	for _, name := range []string{"capsnap_snapshots_minted_total", "capsnap_snapshots_active", "capsnap_snapshot_invalidations_total",
 		"capsnap_catalog_tools", "capsnap_catalog_refreshes_total", "capsnap_catalog_list_changed_total",
-		"capsnap_catalog_staleness_seconds", "capsnap_policy_info", "capsnap_snapshot_lookups_total", "capsnap_check_duration_seconds"} {
+		"capsnap_catalog_staleness_seconds", "capsnap_policy_info", "capsnap_snapshot_lookups_total", "capsnap_check_duration_seconds", "capsnap_deliveries_total"} {
 		if families[name] == nil {
 			t.Errorf("metric %s is not exported", name)
 		}

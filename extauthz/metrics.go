@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // Metrics are the decision metrics. Every label value is bounded: decision
@@ -27,6 +28,8 @@ type Metrics struct {
 	invalid  *prometheus.CounterVec
 	// hits and misses are snapshot_lookups_total's two series.
 	hits, misses prometheus.Counter
+	// deliveries and withheld count the response path.
+	deliveries, withheld *prometheus.CounterVec
 }
 
 type decisionLabels struct{ decision, reason, serverID, effect string }
@@ -83,7 +86,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:      "Snapshot lookups at tools/call by result: hit or miss.",
 	}, []string{"result"})
 	m.hits, m.misses = lookups.WithLabelValues("hit"), lookups.WithLabelValues("miss")
-	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups)
+	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "deliveries_total",
+		Help:      "tools/list responses decided on the response path, by server_id and result: ok, or the reason the response was not delivered.",
+	}, []string{"server_id", "result"})
+	m.withheld = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "tools_withheld_total",
+		Help:      "Tools a server sent in a tools/list response that the agent was not delivered, by server_id and reason.",
+	}, []string{"server_id", "reason"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld)
 	return m
 }
 
@@ -139,7 +152,16 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		s.metrics.decided(decisionLabels{verdict, reason, server, effect})
 		s.metrics.latency.Observe(elapsed.Seconds())
 	}
-	ev := s.audit.Log().
+	s.audit(d, elapsed, nil)
+}
+
+// audit writes a decision's audit line; more, if set, adds to it.
+func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Event) *zerolog.Event) {
+	verdict, reason := "allow", "ok"
+	if d.fail != nil {
+		verdict, reason = "deny", string(d.fail.Reason)
+	}
+	ev := s.auditLog.Log().
 		Str("decision", verdict).
 		Str("reason", reason).
 		Str("request_id", d.requestID).
@@ -148,6 +170,9 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		Str("mcp_method", d.method).
 		Str("protocol_version", string(d.version)).
 		Int64("latency_us", elapsed.Microseconds())
+	if d.phase != "" {
+		ev = ev.Str("phase", d.phase)
+	}
 	if d.session != "" {
 		ev = ev.Str("session", d.session)
 	}
@@ -191,5 +216,37 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 	if d.fail != nil {
 		ev = ev.Str("detail", d.fail.Detail)
 	}
+	if more != nil {
+		ev = more(ev)
+	}
 	ev.Msg("decision")
+}
+
+// recordDelivery audits and counts one decision on a tools/list response:
+// what was delivered, and each tool withheld with why.
+func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duration) {
+	server := d.serverID
+	if !s.servers[server] {
+		server = "unknown"
+	}
+	if s.metrics != nil {
+		result := "ok"
+		if d.fail != nil {
+			result = string(d.fail.Reason)
+		}
+		s.metrics.deliveries.WithLabelValues(server, result).Inc()
+		for _, w := range out.Withheld {
+			s.metrics.withheld.WithLabelValues(server, string(w.Reason)).Inc()
+		}
+	}
+	s.audit(d, elapsed, func(ev *zerolog.Event) *zerolog.Event {
+		if len(out.Withheld) == 0 {
+			return ev
+		}
+		arr := zerolog.Arr()
+		for _, w := range out.Withheld {
+			arr = arr.Dict(zerolog.Dict().Str("tool", w.Tool).Str("reason", string(w.Reason)).Str("detail", w.Detail))
+		}
+		return ev.Array("withheld", arr)
+	})
 }

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/mcpparse"
@@ -231,11 +233,27 @@ func (refusingStore) Put(*cache.Snapshot) error { return errors.New("store full"
 // A snapshot that cannot be stored is a discovery that mints nothing: the
 // tools/list is denied rather than passed without evidence behind it.
 func TestMintFailsClosedWhenStoreRefuses(t *testing.T) {
-	f := packFixture(t, func(o *Options) { o.Snapshots = refusingStore{o.Snapshots} })
-	got := f.call(t, checkCase{Principal: support, Body: listBody})
-	if got.reason != deny.NoSnapshot || !strings.Contains(got.data.Detail, "store full") {
-		t.Fatalf("tools/list with a full store: %q (%s)", got.reason, got.data.Detail)
-	}
+	t.Run("catalog", func(t *testing.T) {
+		f := packFixture(t, func(o *Options) { o.Snapshots, o.Bind = refusingStore{o.Snapshots}, config.BindCatalog })
+		got := f.call(t, checkCase{Principal: support, Body: listBody})
+		if got.reason != deny.NoSnapshot || !strings.Contains(got.data.Detail, "store full") {
+			t.Fatalf("tools/list with a full store: %q (%s)", got.reason, got.data.Detail)
+		}
+	})
+	t.Run("delivered", func(t *testing.T) {
+		f := packFixture(t, func(o *Options) { o.Snapshots = refusingStore{o.Snapshots} })
+		resp, err := f.Check(context.Background(), checkCase{Principal: support, Body: listBody}.request())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := f.Deliver(listingTicket(t, resp), ResponseHead{Status: 200, ContentType: "application/json"}, f.served(t, "billing", `"l"`))
+		if out.Fail == nil || out.Fail.Reason != deny.NoSnapshot || !strings.Contains(out.Fail.Detail, "store full") {
+			t.Fatalf("tools/list response with a full store: %v", out.Fail)
+		}
+		if deliveredHeader(out, HeaderEpoch) != "" {
+			t.Fatal("a refused response carries an epoch")
+		}
+	})
 }
 
 // The lockfile in force at call time decides: withdrawing an approval stops

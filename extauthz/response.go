@@ -75,7 +75,10 @@ func (d *decision) metadata() protoreflect.RawFields {
 		{"decision", verdict}, {"reason", reason},
 		{"server_id", d.serverID}, {"tool", d.tool},
 		{"schema_digest", d.digest}, {"policy_digest", d.policyDigest},
-		{"epoch", epoch},
+		// listing, on an allowed tools/list on the response path, is what
+		// makes Envoy send its response, and only its response, to
+		// capsnap's ext_proc service, where the snapshot is minted.
+		{"epoch", epoch}, {"listing", d.listing},
 	}
 	// Struct is {map<string, Value> fields = 1}, each map entry {key = 1,
 	// value = 2}, each Value here {string_value = 3}; an empty value is
@@ -254,6 +257,23 @@ type errorData struct {
 }
 
 func (d *decision) denied() *authv3.CheckResponse {
+	body := d.errorJSON()
+	headers := overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json")
+	if d.fail.Reason.Drift() {
+		headers = overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
+	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
+			Headers: headers,
+			Body:    string(body),
+		}},
+	}
+}
+
+// errorJSON is the JSON-RPC error a denial answers its request with.
+func (d *decision) errorJSON() []byte {
 	var b errorBody
 	b.JSONRPC = "2.0"
 	b.ID = d.id
@@ -280,18 +300,7 @@ func (d *decision) denied() *authv3.CheckResponse {
 		// happen, and if it did the denial must still stand.
 		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
 	}
-	headers := overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json")
-	if d.fail.Reason.Drift() {
-		headers = overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
-	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
-			Headers: headers,
-			Body:    string(body),
-		}},
-	}
+	return body
 }
 
 // httpStatus maps a reason to the HTTP status of its denial. Every one is a

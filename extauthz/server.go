@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,16 @@ type Options struct {
 	Snapshots cache.Store
 	// SnapshotTTL is how long a minted snapshot is valid.
 	SnapshotTTL time.Duration
+	// Bind is config.BindDelivered (a snapshot is minted from the
+	// tools/list response, in Deliver) or config.BindCatalog (at the
+	// request, from capsnap's own view); empty means BindDelivered.
+	Bind string
+	// MaxResponseBytes bounds a tools/list response Deliver reads; zero
+	// means 1 MiB.
+	MaxResponseBytes int
+	// ListingKey authenticates the tickets a tools/list's Check hands its
+	// response's Deliver; nil means a random key of this process.
+	ListingKey []byte
 	// Freshness bounds how stale a catalog may be for tools/call.
 	Freshness config.Catalog
 	Principal config.Principal
@@ -74,13 +85,17 @@ type Server struct {
 	pinHeaders pinHeaders
 	snapshots  cache.Store
 	ttl        time.Duration
-	freshness  config.Catalog
-	principal  config.Principal
-	limits     mcpparse.Limits
-	audit      zerolog.Logger
-	metrics    *Metrics
-	now        func() time.Time
-	newEpoch   func() string
+	// delivered is true with config.BindDelivered.
+	delivered   bool
+	maxResponse int
+	listingKey  []byte
+	freshness   config.Catalog
+	principal   config.Principal
+	limits      mcpparse.Limits
+	auditLog    zerolog.Logger
+	metrics     *Metrics
+	now         func() time.Time
+	newEpoch    func() string
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
@@ -103,10 +118,24 @@ func New(o Options) (*Server, error) {
 		servers:   map[string]bool{},
 		principal: o.Principal,
 		limits:    o.Limits,
-		audit:     o.Audit,
+		auditLog:  o.Audit,
 		metrics:   o.Metrics,
 		now:       o.Now,
 		newEpoch:  o.NewEpoch,
+
+		delivered:   o.Bind != config.BindCatalog,
+		maxResponse: o.MaxResponseBytes,
+		listingKey:  o.ListingKey,
+	}
+	if o.Bind != "" && o.Bind != config.BindDelivered && o.Bind != config.BindCatalog {
+		return nil, fmt.Errorf("extauthz: bind %q is not %s or %s", o.Bind, config.BindDelivered, config.BindCatalog)
+	}
+	if s.maxResponse <= 0 {
+		s.maxResponse = 1 << 20
+	}
+	if s.listingKey == nil {
+		s.listingKey = make([]byte, 32)
+		_, _ = rand.Read(s.listingKey) // crypto/rand.Read never fails on supported platforms
 	}
 	for _, id := range o.Servers {
 		s.servers[id] = true
@@ -198,6 +227,11 @@ type decision struct {
 	// allowedTools, for a tool_not_granted denial, are the tools the
 	// principal may call instead.
 	allowedTools []string
+	// listing is the ticket of an allowed tools/list on the response path,
+	// for its response's Deliver.
+	listing string
+	// phase is "response" for a decision on a tools/list response.
+	phase string
 	// clientHeaders are the x-capsnap-* headers the client sent;
 	// clientEpoch and clientDigest the epoch and planned digest among them.
 	clientHeaders []string
@@ -259,6 +293,9 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return nil
 	case m.Method == "tools/list":
 		d.method, d.id = m.Method, m.ID
+		if s.delivered {
+			return s.list(d, m)
+		}
 		return s.mint(d)
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
@@ -492,8 +529,8 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 	}
 	if _, err := r.Policy.Decide(d.principal, d.serverID, d.tool); err != nil {
 		if de, ok := deny.As(err); ok {
-			if de.Reason == deny.ToolNotGranted && s.listTools {
-				d.allowedTools = r.Policy.Allowed(d.principal, d.serverID)
+			if de.Reason == deny.ToolNotGranted {
+				d.allowedTools = s.allowedBy(d.snapshot)
 			}
 			return de
 		}
@@ -504,7 +541,23 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
 		return deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s; it waits for review", d.serverID, d.tool, live.Digest)
 	}
+	d.allowedTools = s.allowedBy(d.snapshot)
 	return deny.Errorf(deny.NoSnapshot, "snapshot %s does not pin tool %q; list tools again", d.snapshot.Epoch, d.tool)
+}
+
+// allowedBy lists what a snapshot lets its caller call, for a denial that
+// sends the caller back to planning: what this caller was delivered and
+// authorized against, never what the policy might grant in another
+// session.
+func (s *Server) allowedBy(snap *cache.Snapshot) []string {
+	if !s.listTools {
+		return nil
+	}
+	out := make([]string, len(snap.Pins))
+	for i, p := range snap.Pins {
+		out[i] = p.ToolID
+	}
+	return out
 }
 
 // identify returns the acting principal from wherever the configuration

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,6 +144,7 @@ func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 		Metrics:          NewMetrics(f.reg),
 		Now:              f.clock.now,
 		NewEpoch:         func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
+		ListingKey:       []byte("fixture listing key"),
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -226,7 +228,8 @@ func callBody(tool string) string {
 const paymentsRefund = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund","arguments":{"payment_id":"p-1","amount":"4000"}}}`
 
 // list runs a tools/list as principal on server and returns the epoch the
-// client is given.
+// client is given. On the response path (the default), the server's
+// response delivers exactly what the catalog holds now.
 func (f *fixture) list(t testing.TB, principal, server string, headers map[string]string) string {
 	t.Helper()
 	resp, err := f.Check(context.Background(), checkCase{Principal: principal, ServerID: server, Headers: headers, Body: listBody}.request())
@@ -236,11 +239,53 @@ func (f *fixture) list(t testing.TB, principal, server string, headers map[strin
 	if resp.GetOkResponse() == nil {
 		t.Fatalf("tools/list denied: %s", resp.GetDeniedResponse().GetBody())
 	}
+	if ticket := listingTicket(t, resp); ticket != "" {
+		out := f.Deliver(ticket, ResponseHead{Status: 200, ContentType: "application/json"}, f.served(t, server, `"l"`))
+		if out.Fail != nil {
+			t.Fatalf("tools/list response refused: %v", out.Fail)
+		}
+		return deliveredHeader(out, HeaderEpoch)
+	}
 	epoch := okHeader(resp, HeaderEpoch)
 	if epoch == "" {
 		t.Fatal("tools/list response carries no epoch")
 	}
 	return epoch
+}
+
+// listingTicket is the listing ticket in an allowed Check's metadata.
+func listingTicket(t testing.TB, resp *authv3.CheckResponse) string {
+	return onTheWire(t, resp).GetDynamicMetadata().GetFields()["listing"].GetStringValue()
+}
+
+// served is the tools/list response the server would send now for id: the
+// catalog's current definitions.
+func (f *fixture) served(t testing.TB, server, id string) []byte {
+	t.Helper()
+	list, _, err := f.catalog.Lookup(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(list.Tools))
+	for n := range list.Tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var defs []string
+	for _, n := range names {
+		defs = append(defs, string(list.Tools[n].Definition))
+	}
+	return []byte(`{"jsonrpc":"2.0","id":` + id + `,"result":{"tools":[` + strings.Join(defs, ",") + `]}}`)
+}
+
+// deliveredHeader is the value of header key on what Deliver delivers.
+func deliveredHeader(out *Delivery, key string) string {
+	for _, h := range out.Headers {
+		if h[0] == key {
+			return h[1]
+		}
+	}
+	return ""
 }
 
 // okHeader is the value of the response header key an allowed Check adds.
@@ -678,11 +723,11 @@ func TestMetricsAndAudit(t *testing.T) {
 		t.Errorf("snapshot lookups: %v hits, %v misses; want 2 and 0", hits, misses)
 	}
 	lines := bytes.Split(bytes.TrimSpace(f.audit.Bytes()), []byte("\n"))
-	if len(lines) != 4 {
-		t.Fatalf("%d audit lines, want 4 (list, two calls, one denial)", len(lines))
+	if len(lines) != 5 {
+		t.Fatalf("%d audit lines, want 5 (list and its response, two calls, one denial)", len(lines))
 	}
 	var call map[string]any
-	if err := json.Unmarshal(lines[1], &call); err != nil {
+	if err := json.Unmarshal(lines[2], &call); err != nil {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]any{"decision": "allow", "reason": "ok", "tool": "refund", "server_id": "billing",

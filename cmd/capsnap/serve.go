@@ -17,6 +17,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +32,7 @@ import (
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/extproc"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -118,6 +120,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		ListAllowedTools: cfg.Denials.ListAllowedTools,
 		Snapshots:        store,
 		SnapshotTTL:      cfg.Snapshots.TTL,
+		Bind:             cfg.Discovery.Bind,
+		MaxResponseBytes: cfg.Discovery.MaxResponseBytes,
 		Freshness:        cfg.Catalog,
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
@@ -137,8 +141,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		grpcLis.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	gs := grpc.NewServer()
+	// A tools/list response reaches ext_proc whole, in one message.
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes) + 64<<10))
 	authv3.RegisterAuthorizationServer(gs, srv)
+	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log), ReadHeaderTimeout: 5 * time.Second}
@@ -173,6 +179,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	})
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	log.Info().Str("grpc_addr", cfg.GRPCAddr).Str("admin_addr", cfg.AdminAddr).
 		Str("policy_digest", rules.Policy.Digest()).Str("version", versionString()).Msg("capsnap serving")
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
@@ -308,7 +315,7 @@ func sources(cfg config.Config, log zerolog.Logger, listChanged func(serverID st
 			continue
 		}
 		src := &catalog.MCPSource{
-			URL: s.URL, ProtocolVersion: s.ProtocolVersion, Resync: s.Resync,
+			URL: s.URL, ProtocolVersion: s.ProtocolVersion, Resync: s.Resync, Capabilities: s.ClientCapabilities,
 			Logger: log.With().Str("server_id", s.ID).Logger(),
 		}
 		if listChanged != nil {

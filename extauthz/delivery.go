@@ -1,0 +1,275 @@
+package extauthz
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/catalog"
+	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/policy"
+)
+
+// listing is what the request half of a tools/list (the Check) hands its
+// response half (Deliver), through Envoy's dynamic metadata: who listed,
+// where and in which session, and which JSON-RPC id the response answers.
+type listing struct {
+	Principal string           `json:"p"`
+	ServerID  string           `json:"s"`
+	Session   string           `json:"x,omitempty"`
+	Version   mcpparse.Version `json:"v"`
+	ID        json.RawMessage  `json:"i"`
+	// Cursor is the request's params.cursor: the page continues the
+	// snapshot whose NextCursor it is.
+	Cursor    string `json:"c,omitempty"`
+	RequestID string `json:"r,omitempty"`
+	Expires   int64  `json:"e"`
+}
+
+// seal makes the listing's ticket: its JSON and a MAC under the server's
+// listing key, both base64url. The response half trusts a ticket only
+// under that MAC, so that a caller of the ext_proc service cannot mint a
+// snapshot that no Check allowed the listing of.
+func (s *Server) seal(l listing) string {
+	payload, _ := json.Marshal(l) // strings, a validated id, an integer
+	mac := hmac.New(sha256.New, s.listingKey)
+	mac.Write(payload)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func (s *Server) open(ticket string, now time.Time) (listing, error) {
+	var l listing
+	p, m, ok := strings.Cut(ticket, ".")
+	if !ok {
+		return l, errors.New("the listing ticket is not payload.mac")
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p)
+	sum, err2 := base64.RawURLEncoding.DecodeString(m)
+	if err1 != nil || err2 != nil {
+		return l, errors.New("the listing ticket is not base64url")
+	}
+	mac := hmac.New(sha256.New, s.listingKey)
+	mac.Write(payload)
+	if !hmac.Equal(sum, mac.Sum(nil)) {
+		return l, errors.New("the listing ticket's MAC does not verify")
+	}
+	if err := json.Unmarshal(payload, &l); err != nil {
+		return l, fmt.Errorf("the listing ticket: %w", err)
+	}
+	if now.Unix() > l.Expires {
+		return l, errors.New("the listing ticket has expired")
+	}
+	return l, nil
+}
+
+// list is the request half of a tools/list on the response path: the
+// catalog must be live to confirm what the response will deliver, and the
+// response must come back to capsnap with the ticket.
+func (s *Server) list(d *decision, m *mcpparse.Message) *deny.Error {
+	if _, fail := s.live(d.serverID, d.now); fail != nil {
+		return fail
+	}
+	cursor, _ := m.ParamString("cursor")
+	d.listing = s.seal(listing{
+		Principal: d.principal, ServerID: d.serverID, Session: d.session, Version: d.version,
+		ID: m.ID, Cursor: cursor, RequestID: d.requestID, Expires: d.now.Add(s.ttl).Unix(),
+	})
+	return nil
+}
+
+// ResponseHead is what Deliver needs of a response's headers.
+type ResponseHead struct {
+	// Status is the HTTP status.
+	Status          int
+	ContentType     string
+	ContentEncoding string
+	// Streamed is set when the body came in parts rather than whole: a
+	// response path that is not buffered cannot be read or rewritten.
+	Streamed bool
+	// CapsnapHeaders are the x-capsnap-* headers the server sent, which
+	// never reach the agent.
+	CapsnapHeaders []string
+}
+
+// Delivery is the decision on one tools/list response.
+type Delivery struct {
+	// Fail is set when the response must not reach the agent; Body is
+	// then the JSON-RPC error the agent gets instead, with Status.
+	Fail   *deny.Error
+	Status int
+	// Body is what the agent is delivered: the response rewritten to
+	// exactly the pinned tools, or the error. Nil leaves the server's
+	// response as it is (a JSON-RPC error from the server itself).
+	Body []byte
+	// Headers are set on what is delivered: the epoch of the snapshot
+	// that pins exactly the delivered tools, or the denial's reason.
+	Headers [][2]string
+	// Withheld are the tools the server sent that the agent is not
+	// delivered, by name, with why.
+	Withheld []Withheld
+}
+
+// Withheld is a tool left out of what the agent is delivered.
+type Withheld struct {
+	Tool   string      `json:"tool"`
+	Reason deny.Reason `json:"reason"`
+	Detail string      `json:"detail"`
+}
+
+// Deliver is the authorize boundary on the response path. It reads the
+// tools/list response the server sent (contentType and body, as Envoy's
+// ext_proc filter buffers it) for the listing its ticket names, mints a
+// snapshot over exactly the delivered tools that the policy grants, the
+// lockfile approves and capsnap's live view confirms at the same digest,
+// and returns the response rewritten to exactly those: the list the agent
+// plans against and the list its calls are held to are one list.
+func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Delivery {
+	start := s.now()
+	d := &decision{now: start, method: "tools/list", phase: "response"}
+	out := &Delivery{}
+	d.fail = s.deliver(d, out, ticket, head, body)
+	s.recordDelivery(d, out, s.now().Sub(start))
+	switch {
+	case d.fail != nil:
+		out.Fail = d.fail
+		out.Status = deliveryStatus(d.fail.Reason)
+		out.Body = d.errorJSON()
+		out.Headers = [][2]string{{"content-type", "application/json"}, {HeaderReason, string(d.fail.Reason)}}
+	case d.snapshot != nil:
+		out.Headers = [][2]string{
+			{HeaderEpoch, d.snapshot.Epoch},
+			{HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339)},
+		}
+	}
+	return out
+}
+
+func (s *Server) deliver(d *decision, out *Delivery, ticket string, head ResponseHead, body []byte) *deny.Error {
+	l, err := s.open(ticket, d.now)
+	if err != nil {
+		return deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
+	}
+	d.principal, d.serverID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
+	switch {
+	case head.Status < 200 || head.Status > 299:
+		// An error status delivers no tools: an MCP client reads no result
+		// from it. It passes as it is, with no snapshot and no epoch.
+		return nil
+	case head.Streamed:
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be BUFFERED")
+	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
+	case len(body) > s.maxResponse:
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %d bytes, over discovery.max_response_bytes %d", len(body), s.maxResponse)
+	}
+	resp, err := mcpparse.ReadDelivery(head.ContentType, body, l.ID, s.limits.MaxDepth)
+	if err != nil {
+		return deny.Errorf(deny.MalformedResponse, "%v", err)
+	}
+	if resp.Error {
+		return nil // the server's own error delivers no tools
+	}
+	list, fail := s.live(d.serverID, d.now)
+	if fail != nil {
+		return fail
+	}
+	snap := &cache.Snapshot{
+		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
+		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
+		NextCursor: resp.NextCursor,
+	}
+	// A later page continues the snapshot of the pages before it, so that
+	// a call is held to whichever page delivered its tool: the pins carry
+	// over, never the lifetime, and the oldest generation stands for all.
+	if prev, ok := s.continues(d, l.Cursor); ok {
+		snap.Pins = slices.Clone(prev.Pins)
+		snap.ValidUntil = prev.ValidUntil
+		snap.CatalogGeneration = min(prev.CatalogGeneration, list.Generation)
+	}
+	r := s.rules.Load()
+	earlier := make(map[string]string, len(snap.Pins))
+	for _, p := range snap.Pins {
+		earlier[p.ToolID] = p.SchemaDigest
+	}
+	keep := make([]bool, len(resp.Tools))
+	for i, t := range resp.Tools {
+		rule, w := s.withhold(d, r, list, t)
+		if w == nil && earlier[t.Name] != "" && earlier[t.Name] != t.Digest {
+			w = deny.Errorf(deny.SchemaDrift, "delivered at %s, but an earlier page delivered it at %s", t.Digest, earlier[t.Name])
+		}
+		if w != nil {
+			out.Withheld = append(out.Withheld, Withheld{Tool: t.Name, Reason: w.Reason, Detail: w.Detail})
+			continue
+		}
+		keep[i] = true
+		if earlier[t.Name] == "" {
+			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest})
+		}
+	}
+	if err := s.snapshots.Put(snap); err != nil {
+		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
+	}
+	s.metrics.mintedFor(d.serverID)
+	d.snapshot = snap
+	out.Body = resp.Rewrite(keep, snap.ValidUntil.Sub(d.now).Milliseconds())
+	return nil
+}
+
+// withhold decides whether a delivered tool can be pinned: the rule that
+// grants it, or why not (not granted, unclassified, unapproved at the
+// delivered digest, not in capsnap's live view, live at another digest).
+func (s *Server) withhold(d *decision, r *Rules, list *catalog.List, t mcpparse.DeliveredTool) (policy.Decision, *deny.Error) {
+	rule, err := r.Policy.Decide(d.principal, d.serverID, t.Name)
+	if err != nil {
+		if de, ok := deny.As(err); ok {
+			return rule, de
+		}
+		return rule, deny.Errorf(deny.ToolNotGranted, "%v", err)
+	}
+	if r.Lock != nil && !r.Lock.Approved(d.serverID, t.Name, t.Digest) {
+		return rule, deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s at %s", t.Name, t.Digest)
+	}
+	live, ok := list.Tools[t.Name]
+	if !ok {
+		return rule, deny.Errorf(deny.UnknownTool, "delivered at %s, but capsnap's live view of %s has no tool %q", t.Digest, d.serverID, t.Name)
+	}
+	if live.Digest != t.Digest {
+		return rule, deny.Errorf(deny.SchemaDrift, "delivered at %s, but capsnap's live view has it at %s", t.Digest, live.Digest)
+	}
+	return rule, nil
+}
+
+// continues returns the snapshot a page request with cursor continues: the
+// newest one for the same principal, server and session, still valid, whose
+// page's nextCursor was cursor.
+func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool) {
+	if cursor == "" {
+		return nil, false
+	}
+	prev, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	if !ok || prev.NextCursor != cursor || prev.Principal != d.principal || prev.ServerID != d.serverID || !d.now.Before(prev.ValidUntil) {
+		return nil, false
+	}
+	return prev, true
+}
+
+// deliveryStatus is the HTTP status the agent gets instead of a response
+// capsnap will not deliver.
+func deliveryStatus(r deny.Reason) int {
+	switch r {
+	case deny.MalformedResponse:
+		return 502 // the server answered, with something capsnap cannot read
+	case deny.UnknownListing:
+		return 500 // Envoy and capsnap disagree on what goes through ext_proc
+	default:
+		return int(httpStatus(r))
+	}
+}

@@ -1,0 +1,166 @@
+// Package extproc is capsnap's Envoy external-processing service
+// (envoy.service.ext_proc.v3.ExternalProcessor) for the response of every
+// tools/list capsnap allowed: it hands the buffered response to the decision
+// (extauthz.Server.Deliver), which mints the snapshot over exactly what the
+// agent is delivered, and answers Envoy with the response rewritten to
+// exactly the pinned tools and the snapshot's epoch, or with a JSON-RPC error
+// in its place. It holds no decision of its own.
+//
+// Envoy runs this filter only for responses whose request carried
+// extauthz.HeaderListing (see envoy/demo.yaml), with the response headers
+// sent and the response body buffered whole; anything else it is sent is let
+// through unchanged on the request side and refused on the response side.
+package extproc
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/capsnap/capsnap/extauthz"
+)
+
+// MetadataNamespace is where Envoy keeps the ext_authz filter's dynamic
+// metadata, which carries the listing ticket of the Check that allowed the
+// tools/list; the ext_proc filter must forward it
+// (metadata_options.forwarding_namespaces.untyped).
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// Decider decides a tools/list response: the decision core's response
+// half, extauthz.Server.Deliver.
+type Decider interface {
+	Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery
+}
+
+var _ Decider = (*extauthz.Server)(nil)
+
+// Server implements extprocv3.ExternalProcessorServer.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	decider Decider
+}
+
+var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
+
+// New returns a Server that hands each response to d.
+func New(d Decider) *Server { return &Server{decider: d} }
+
+// Process serves one HTTP request's stream of processing messages.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	var head extauthz.ResponseHead
+	for {
+		req, err := stream.Recv()
+		// Envoy ends a stream by cancelling it once it has the last answer
+		// it needs.
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch r := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			head = responseHead(r.ResponseHeaders.GetHeaders())
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+			if r.ResponseHeaders.GetEndOfStream() {
+				// No body follows: nothing is delivered, so nothing is
+				// pinned, and the caller hears whatever the status says.
+				resp = s.decide(req, head, nil)
+			}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			if !r.ResponseBody.GetEndOfStream() {
+				// Only a whole response can be read and rewritten; a
+				// streamed mode is a misconfiguration, and fails closed.
+				head.Streamed = true
+			}
+			resp = s.decide(req, head, r.ResponseBody.GetBody())
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		default:
+			continue
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// decide hands a whole response to the decider and turns its decision into
+// Envoy's answer: the rewritten body with the snapshot's headers, or an
+// immediate response with the JSON-RPC error in the response's place.
+func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte) *extprocv3.ProcessingResponse {
+	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
+	out := s.decider.Deliver(ticket, head, body)
+	if out.Fail != nil {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(out.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: headers(out.Headers)},
+			Body:    out.Body,
+			Details: "capsnap_" + string(out.Fail.Reason),
+		}}}
+	}
+	common := &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders: headers(out.Headers),
+		// The server's own x-capsnap-* headers never reach the agent:
+		// only capsnap says which snapshot a list was pinned under.
+		RemoveHeaders: head.CapsnapHeaders,
+	}}
+	if out.Body != nil {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out.Body}}
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, headers([][2]string{{"content-length", strconv.Itoa(len(out.Body))}})...)
+	}
+	if body == nil {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: common}}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}
+}
+
+// responseHead reads what the decision needs of the response's headers.
+// Envoy sends each value as raw bytes (raw_value) or, in older versions, as
+// a string (value).
+func responseHead(hm *corev3.HeaderMap) extauthz.ResponseHead {
+	var h extauthz.ResponseHead
+	for _, kv := range hm.GetHeaders() {
+		v := string(kv.GetRawValue())
+		if v == "" {
+			v = kv.GetValue()
+		}
+		k := strings.ToLower(kv.GetKey())
+		switch {
+		case k == ":status":
+			h.Status, _ = strconv.Atoi(v)
+		case k == "content-type":
+			h.ContentType = v
+		case k == "content-encoding":
+			h.ContentEncoding = v
+		case strings.HasPrefix(k, extauthz.HeaderPrefix):
+			h.CapsnapHeaders = append(h.CapsnapHeaders, k)
+		}
+	}
+	return h
+}
+
+func headers(kv [][2]string) []*corev3.HeaderValueOption {
+	out := make([]*corev3.HeaderValueOption, len(kv))
+	for i, h := range kv {
+		out[i] = &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h[0], RawValue: []byte(h[1])},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}
+	}
+	return out
+}

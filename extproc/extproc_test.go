@@ -1,0 +1,191 @@
+package extproc
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/extauthz"
+)
+
+// recorder is a Decider that answers with a fixed delivery and remembers
+// what it was asked.
+type recorder struct {
+	answer *extauthz.Delivery
+	ticket string
+	head   extauthz.ResponseHead
+	body   []byte
+	calls  int
+}
+
+func (r *recorder) Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
+	r.ticket, r.head, r.body = ticket, head, body
+	r.calls++
+	return r.answer
+}
+
+// stream opens one ext_proc stream to a Server over d, through gRPC.
+func stream(t *testing.T, d Decider) extprocv3.ExternalProcessor_ProcessClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, New(d))
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return lis.Dial() }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func metadata(ticket string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		MetadataNamespace: {Fields: map[string]*structpb.Value{"listing": structpb.NewStringValue(ticket)}},
+	}}
+}
+
+func responseHeaders(eos bool, kv ...string) *extprocv3.ProcessingRequest {
+	hm := &corev3.HeaderMap{}
+	for i := 0; i < len(kv); i += 2 {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return &extprocv3.ProcessingRequest{
+		MetadataContext: metadata("ticket-1"),
+		Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: eos}},
+	}
+}
+
+func responseBody(body string, eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{
+		MetadataContext: metadata("ticket-1"),
+		Request:         &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: eos}},
+	}
+}
+
+func roundTrip(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	t.Helper()
+	if err := s.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func setHeaders(m *extprocv3.HeaderMutation) map[string]string {
+	out := map[string]string{}
+	for _, h := range m.GetSetHeaders() {
+		out[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	return out
+}
+
+// The headers wait for the body; the body's answer carries the rewritten
+// list, its exact length and the epoch, and strips the server's own
+// x-capsnap-* headers.
+func TestRewritesTheDeliveredList(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{
+		Body:    []byte(`{"rewritten":true}`),
+		Headers: [][2]string{{extauthz.HeaderEpoch, "ep_1"}, {extauthz.HeaderValidUntil, "2027-01-01T00:00:00Z"}},
+	}}
+	s := stream(t, rec)
+	resp := roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "text/event-stream", "content-length", "99", "x-capsnap-epoch", "ep_forged"))
+	if resp.GetResponseHeaders() == nil || resp.GetResponseHeaders().GetResponse().GetHeaderMutation() != nil {
+		t.Fatalf("response headers answered %v, want a plain continue", resp)
+	}
+	if rec.calls != 0 {
+		t.Fatal("decided before the body arrived")
+	}
+	resp = roundTrip(t, s, responseBody(`{"original":true}`, true))
+	common := resp.GetResponseBody().GetResponse()
+	if got := string(common.GetBodyMutation().GetBody()); got != `{"rewritten":true}` {
+		t.Fatalf("body %q", got)
+	}
+	h := setHeaders(common.GetHeaderMutation())
+	if h["content-length"] != "18" || h[extauthz.HeaderEpoch] != "ep_1" || h[extauthz.HeaderValidUntil] == "" {
+		t.Fatalf("headers set %v", h)
+	}
+	if got := common.GetHeaderMutation().GetRemoveHeaders(); len(got) != 1 || got[0] != "x-capsnap-epoch" {
+		t.Fatalf("headers removed %v, want the server's x-capsnap-epoch", got)
+	}
+	want := extauthz.ResponseHead{Status: 200, ContentType: "text/event-stream", CapsnapHeaders: []string{"x-capsnap-epoch"}}
+	if rec.ticket != "ticket-1" || rec.head.Status != want.Status || rec.head.ContentType != want.ContentType || string(rec.body) != `{"original":true}` {
+		t.Fatalf("decider saw ticket %q head %+v body %q", rec.ticket, rec.head, rec.body)
+	}
+}
+
+// A refused response is replaced whole: Envoy sends the JSON-RPC error
+// with the decision's status and headers instead.
+func TestRefusedResponseIsReplaced(t *testing.T) {
+	rec := &extauthz.Delivery{
+		Fail: &deny.Error{Reason: deny.MalformedResponse, Detail: "x"}, Status: 502,
+		Body:    []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-31000}}`),
+		Headers: [][2]string{{"content-type", "application/json"}, {extauthz.HeaderReason, "malformed_response"}},
+	}
+	s := stream(t, &recorder{answer: rec})
+	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
+	resp := roundTrip(t, s, responseBody("not json", true))
+	ir := resp.GetImmediateResponse()
+	if ir == nil || ir.GetStatus().GetCode() != 502 || string(ir.GetBody()) != string(rec.Body) {
+		t.Fatalf("answer %v", resp)
+	}
+	if h := setHeaders(ir.GetHeaders()); h[extauthz.HeaderReason] != "malformed_response" {
+		t.Fatalf("headers %v", h)
+	}
+}
+
+// A body that comes in parts is a misconfigured processing mode, and the
+// decider is told so, to refuse it.
+func TestStreamedBodyIsMarked(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	s := stream(t, rec)
+	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
+	if resp := roundTrip(t, s, responseBody(`{"jsonrpc"`, false)); resp.GetImmediateResponse() == nil {
+		t.Fatalf("answer %v", resp)
+	}
+	if !rec.head.Streamed {
+		t.Fatal("a partial body was not marked streamed")
+	}
+}
+
+// A response without a body is decided on its headers: nothing delivered
+// means nothing pinned, and the answer is the headers'.
+func TestBodylessResponse(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{}}
+	s := stream(t, rec)
+	resp := roundTrip(t, s, responseHeaders(true, ":status", "404"))
+	if resp.GetResponseHeaders() == nil || rec.calls != 1 || rec.head.Status != 404 || rec.body != nil {
+		t.Fatalf("answer %v after %d decisions (head %+v)", resp, rec.calls, rec.head)
+	}
+}
+
+// Request-side messages (a filter misconfigured to send them) pass as they
+// are: ext_authz decided the request.
+func TestRequestSideContinues(t *testing.T) {
+	rec := &recorder{}
+	s := stream(t, rec)
+	resp := roundTrip(t, s, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}})
+	if resp.GetRequestHeaders() == nil || rec.calls != 0 {
+		t.Fatalf("answer %v", resp)
+	}
+}
