@@ -18,13 +18,21 @@ type Event struct {
 
 // ReadEventStream splits a complete text/event-stream body (as Envoy hands
 // over a buffered response) into its events, the way the HTML standard's
-// event-stream parser does: lines end at CRLF, LF or CR, a blank line
+// event-stream parser does: lines end at CRLF or LF (a lone CR, which the
+// standard also allows, is refused: the Go SDK does not), a blank line
 // dispatches an event, "data" fields join with "\n", comments and other
 // fields carry no data. A body that ends inside an event is an error:
 // a client drops that event, so nothing in it was delivered.
 func ReadEventStream(body []byte) ([]Event, error) {
 	if bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) {
 		return nil, fmt.Errorf("event stream starts with a byte order mark")
+	}
+	// The HTML standard ends a line at a lone CR too, the Go SDK's reader
+	// only at LF: the two would see different events in one body.
+	for i := bytes.IndexByte(body, '\r'); i >= 0; i = nextCR(body, i) {
+		if i+1 == len(body) || body[i+1] != '\n' {
+			return nil, fmt.Errorf("event stream has a line ending in a lone CR at byte %d, which clients split differently", i)
+		}
 	}
 	var events []Event
 	cur := Event{span: span{0, 0}}
@@ -56,6 +64,14 @@ func ReadEventStream(body []byte) ([]Event, error) {
 		return nil, fmt.Errorf("event stream ends inside an event (no blank line after it)")
 	}
 	return events, nil
+}
+
+func nextCR(b []byte, i int) int {
+	j := bytes.IndexByte(b[i+1:], '\r')
+	if j < 0 {
+		return -1
+	}
+	return i + 1 + j
 }
 
 // lineEnd returns where the line starting at pos ends and where the next

@@ -49,11 +49,9 @@ type DeliveredTool struct {
 // answering the id twice, a result whose tools are not an array of
 // definitions with distinct names.
 func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) {
-	if maxDepth <= 0 || maxDepth > maxDepthCap {
-		maxDepth = defaultMaxDepth
-	}
-	if len(id) == 0 {
-		return nil, fmt.Errorf("tools/list response: the request had no id")
+	maxDepth, err := readLimits(id, maxDepth)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkJSON(doc, maxDepth, true); err != nil {
 		return nil, fmt.Errorf("tools/list response is not strict JSON: %w", err)
@@ -73,7 +71,11 @@ func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, er
 			if el[0] != '{' {
 				return nil, fmt.Errorf("tools/list response: batch element is a JSON %s", jsonType(el))
 			}
-			if eid, ok := memberValue(el, "id"); ok && (eid[0] == '"' || isInteger(eid)) && sameID(eid, id) {
+			answer, err := answers(el, id)
+			if err != nil {
+				return nil, fmt.Errorf("tools/list response: %w", err)
+			}
+			if answer {
 				if resp != nil {
 					return nil, fmt.Errorf("tools/list response: the batch answers id %s twice", excerpt(id))
 				}
@@ -89,7 +91,54 @@ func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, er
 	return readListResponse(doc, resp, id)
 }
 
-func isInteger(v []byte) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
+// readLimits checks the request id a response must answer and bounds the
+// depth as Parse does.
+func readLimits(id json.RawMessage, maxDepth int) (int, error) {
+	if len(id) == 0 {
+		return 0, fmt.Errorf("tools/list response: the request had no id")
+	}
+	switch {
+	case maxDepth <= 0:
+		maxDepth = defaultMaxDepth
+	case maxDepth > maxDepthCap:
+		maxDepth = maxDepthCap
+	}
+	return maxDepth, nil
+}
+
+// member returns the value of the member of a checked object whose name
+// is key in any letter case: Go's encoding/json, which the Go SDK decodes
+// messages with, matches names that way, and a strict check (fold) has
+// made sure at most one member does.
+func member(obj []byte, key string) ([]byte, bool) {
+	it := membersOf(obj)
+	for {
+		name, v, ok := it.next()
+		if !ok {
+			return nil, false
+		}
+		var buf [64]byte
+		if strings.EqualFold(string(nameOf(&buf, name)), key) {
+			return v, true
+		}
+	}
+}
+
+// sameResponseID reports whether a response's id answers the request's.
+// A numeric id must be an integer spelled canonically, as a request's must
+// be (checkID): clients read numeric ids as numbers, so 1.0 or 1e0 would
+// answer id 1 for them while differing from it byte for byte.
+func sameResponseID(rid []byte, id json.RawMessage) (bool, error) {
+	switch {
+	case rid[0] == 'n':
+		return false, nil
+	case rid[0] != '"':
+		if checkID(rid) != nil {
+			return false, fmt.Errorf("response id %s is not a string or an integer spelled canonically", excerpt(rid))
+		}
+	}
+	return sameID(rid, id), nil
+}
 
 func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) {
 	l := &ToolsList{doc: doc, TTLMs: -1}
@@ -102,7 +151,7 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 			break
 		}
 		var buf [64]byte
-		switch string(nameOf(&buf, name)) {
+		switch strings.ToLower(string(nameOf(&buf, name))) {
 		case "jsonrpc":
 			version = string(v) == `"2.0"`
 		case "id":
@@ -113,10 +162,17 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 			errObj = v
 		}
 	}
+	same := false
+	if rid != nil {
+		var err error
+		if same, err = sameResponseID(rid, id); err != nil {
+			return nil, fmt.Errorf("tools/list response: %w", err)
+		}
+	}
 	switch {
 	case !version:
 		return nil, fmt.Errorf(`tools/list response: jsonrpc is not "2.0"`)
-	case rid == nil || !(rid[0] == '"' || isInteger(rid)) || !sameID(rid, id):
+	case !same:
 		return nil, fmt.Errorf("tools/list response: id %s does not answer the request's id %s", excerpt(string(rid)), excerpt(id))
 	case (result == nil) == (errObj == nil):
 		return nil, fmt.Errorf("tools/list response: exactly one of result and error is required")
@@ -137,15 +193,15 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 			break
 		}
 		var buf [64]byte
-		switch string(nameOf(&buf, name)) {
+		switch strings.ToLower(string(nameOf(&buf, name))) {
 		case "tools":
 			tools = v
-		case "nextCursor":
+		case "nextcursor":
 			if v[0] != '"' {
 				return nil, fmt.Errorf("tools/list response: nextCursor is a JSON %s, not a string", jsonType(v))
 			}
 			l.NextCursor = unquote(v)
-		case "ttlMs":
+		case "ttlms":
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil || n < 0 {
 				return nil, fmt.Errorf("tools/list response: ttlMs %s is not a non-negative integer", excerpt(v))
@@ -191,6 +247,7 @@ func (l *ToolsList) Rewrite(keep []bool, maxTTLMs int64) []byte {
 	if l.Error {
 		return l.doc
 	}
+	maxTTLMs = max(maxTTLMs, 0)
 	var tools bytes.Buffer
 	tools.WriteByte('[')
 	for i, t := range l.Tools {
@@ -208,7 +265,7 @@ func (l *ToolsList) Rewrite(keep []bool, maxTTLMs int64) []byte {
 		with []byte
 	}
 	edits := []edit{{l.tools, tools.Bytes()}}
-	if l.TTLMs > maxTTLMs {
+	if l.TTLMs >= 0 && l.TTLMs > maxTTLMs {
 		e := edit{l.ttl, strconv.AppendInt(nil, maxTTLMs, 10)}
 		if e.at.start < l.tools.start {
 			edits = []edit{e, edits[0]}
@@ -242,6 +299,10 @@ type Delivery struct {
 // exactly one must answer id; the others (progress, logging, the server's
 // own requests) are kept as they are.
 func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth int) (*Delivery, error) {
+	maxDepth, err := readLimits(id, maxDepth)
+	if err != nil {
+		return nil, err
+	}
 	switch mediaType(contentType) {
 	case "application/json":
 		l, err := ReadToolsList(body, id, maxDepth)
@@ -263,7 +324,11 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 			if err := checkJSON(e.Data, maxDepth, true); err != nil {
 				return nil, fmt.Errorf("event %d is not strict JSON: %w", i, err)
 			}
-			if !answers(trimValue(e.Data), id) {
+			answer, err := answers(trimValue(e.Data), id)
+			if err != nil {
+				return nil, fmt.Errorf("event %d: %w", i, err)
+			}
+			if !answer {
 				continue
 			}
 			if d.event != nil {
@@ -285,34 +350,46 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 
 // answers reports whether the checked JSON-RPC document v (a message or a
 // batch) holds a response to id: a message with that id and no method (a
-// request the server sends the client may use the same id).
-func answers(v []byte, id json.RawMessage) bool {
+// request the server sends the client may use the same id). Names match in
+// any letter case and numeric ids must be canonical, so that nothing a
+// client could take for the answer escapes capsnap.
+func answers(v []byte, id json.RawMessage) (bool, error) {
 	if v[0] == '[' {
 		it := elementsOf(v)
 		for {
 			el, ok := it.next()
 			if !ok {
-				return false
+				return false, nil
 			}
-			if el[0] == '{' && answers(el, id) {
-				return true
+			if el[0] != '{' {
+				continue
+			}
+			if a, err := answers(el, id); a || err != nil {
+				return a, err
 			}
 		}
 	}
 	if v[0] != '{' {
-		return false
+		return false, nil
 	}
-	rid, ok := memberValue(v, "id")
-	if !ok || !(rid[0] == '"' || isInteger(rid)) || !sameID(rid, id) {
-		return false
+	rid, ok := member(v, "id")
+	if !ok {
+		return false, nil
 	}
-	_, isRequest := memberValue(v, "method")
-	return !isRequest
+	same, err := sameResponseID(rid, id)
+	if !same || err != nil {
+		return false, err
+	}
+	_, isRequest := member(v, "method")
+	return !isRequest, nil
 }
 
 // Rewrite returns the body with the response rewritten as
 // ToolsList.Rewrite does; in an event stream, only its event changes.
 func (d *Delivery) Rewrite(keep []bool, maxTTLMs int64) []byte {
+	if d.Error {
+		return d.body
+	}
 	doc := d.ToolsList.Rewrite(keep, maxTTLMs)
 	if d.event == nil {
 		return doc
