@@ -34,6 +34,10 @@ type Pin struct {
 	SchemaDigest string             `json:"schema_digest"`
 	Effect       policy.EffectClass `json:"effect_class"`
 	PolicyDigest string             `json:"policy_digest"`
+	// Generation is the generation of the live catalog that confirmed the
+	// pinned definition: a definition listed since a later generation
+	// (catalog.Tool.Since) changed after the pin, even if it changed back.
+	Generation uint64 `json:"generation"`
 }
 
 // Snapshot is what one principal was authorized against on one server.
@@ -46,9 +50,8 @@ type Snapshot struct {
 	Session    string
 	ObservedAt time.Time
 	ValidUntil time.Time
-	// CatalogGeneration is the generation of the live catalog the pins
-	// were taken from (the oldest one, for a snapshot that continues
-	// earlier pages of a list).
+	// CatalogGeneration is the generation of the live catalog when the
+	// snapshot was minted; each pin has the one that confirmed it.
 	CatalogGeneration uint64
 	// NextCursor is the nextCursor of the tools/list page this snapshot
 	// was minted from: the request for the next page continues it.

@@ -159,6 +159,8 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	}
 	d.principal, d.serverID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
 	switch {
+	case head.Status < 100 || head.Status > 599:
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response has no valid HTTP status (%d): Envoy's ext_proc response_header_mode must be SEND", head.Status)
 	case head.Status < 200 || head.Status > 299:
 		// An error status delivers no tools: an MCP client reads no result
 		// from it. It passes as it is, with no snapshot and no epoch.
@@ -188,11 +190,10 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	}
 	// A later page continues the snapshot of the pages before it, so that
 	// a call is held to whichever page delivered its tool: the pins carry
-	// over, never the lifetime, and the oldest generation stands for all.
+	// over with the generation that confirmed each, never the lifetime.
 	if prev, ok := s.continues(d, l.Cursor); ok {
 		snap.Pins = slices.Clone(prev.Pins)
 		snap.ValidUntil = prev.ValidUntil
-		snap.CatalogGeneration = min(prev.CatalogGeneration, list.Generation)
 	}
 	r := s.rules.Load()
 	earlier := make(map[string]string, len(snap.Pins))
@@ -211,7 +212,7 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		}
 		keep[i] = true
 		if earlier[t.Name] == "" {
-			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest})
+			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: list.Generation})
 		}
 	}
 	if err := s.snapshots.Put(snap); err != nil {

@@ -367,7 +367,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 		if err != nil || (r.Lock != nil && !r.Lock.Approved(d.serverID, name, t.Digest)) {
 			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
-		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest})
+		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: list.Generation})
 	}
 	if err := s.snapshots.Put(snap); err != nil {
 		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
@@ -428,7 +428,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	}
 	// A definition that changed and changed back is still new evidence:
 	// list_changed invalidated the snapshot's view of it.
-	if live.Since > snap.CatalogGeneration {
+	if live.Since > pin.Generation {
 		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
 	}
 	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
