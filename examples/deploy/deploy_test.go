@@ -23,9 +23,17 @@ import (
 	"text/template"
 	"time"
 
+	matchingv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/matching/v3"
+	skipv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/matcher/action/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	netinputv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
+	metadatamatchv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/input_matchers/metadata/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/capsnap/capsnap/config"
@@ -60,8 +68,14 @@ const (
 	root = "../.."
 	// extAuthzFilter is the name of the ext_authz HTTP filter, which Istio
 	// also gives the one it generates for a CUSTOM policy; per-route
-	// settings are keyed by it.
+	// settings are keyed by it, and its dynamic metadata (the listing
+	// ticket) is under it.
 	extAuthzFilter = "envoy.filters.http.ext_authz"
+	// extProcFilter is the name of the response path's filter, in
+	// envoy/demo.yaml and in examples/istio/response-path.yaml.
+	extProcFilter = "capsnap.ext_proc"
+	// hcmFilter is the network filter that holds the HTTP filters.
+	hcmFilter = "envoy.filters.network.http_connection_manager"
 	// capsnapShutdown is how long capsnap may take to stop after SIGTERM:
 	// shutdownGrace (cmd/capsnap/serve.go) for in-flight Checks, then as
 	// long again for the admin listener.
@@ -658,6 +672,31 @@ func TestConfigMap(t *testing.T) {
 	if filepath.Dir(cfg.PolicyFile) != k.mountPath {
 		t.Errorf("policy_file %s is not in the ConfigMap's mount %s", cfg.PolicyFile, k.mountPath)
 	}
+
+	// The response path: the examples put Envoy's ext_proc filter in front
+	// (examples/istio/response-path.yaml), so the snapshot binds what the
+	// agent is delivered; and the ConfigMap says so, not the defaults.
+	var written struct {
+		Discovery struct {
+			Bind             *string `yaml:"bind"`
+			MaxResponseBytes *int    `yaml:"max_response_bytes"`
+		} `yaml:"discovery"`
+	}
+	if err := yaml.Unmarshal([]byte(k.cm[filepath.Base(k.configPath)]), &written); err != nil {
+		t.Fatal(err)
+	}
+	if written.Discovery.Bind == nil || written.Discovery.MaxResponseBytes == nil {
+		t.Errorf("capsnap.yaml: write out discovery.bind and discovery.max_response_bytes; they must agree with the Envoy in front")
+	}
+	if cfg.Discovery.Bind != config.BindDelivered {
+		t.Errorf("discovery.bind %q: the examples run the response path; want %q", cfg.Discovery.Bind, config.BindDelivered)
+	}
+	// Envoy buffers a tools/list response up to the ext_authz filter's
+	// max_request_bytes, the same bound as the request body's (TestIstio
+	// holds the mesh config's maxRequestBytes to both).
+	if cfg.Discovery.MaxResponseBytes != cfg.Limits.MaxBodyBytes {
+		t.Errorf("discovery.max_response_bytes %d, but limits.max_body_bytes %d: Envoy's one max_request_bytes bounds both; keep them equal", cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)
+	}
 	raw, ok := k.cm[filepath.Base(cfg.PolicyFile)]
 	if !ok {
 		t.Fatalf("ConfigMap has no key %q for policy_file %s", filepath.Base(cfg.PolicyFile), cfg.PolicyFile)
@@ -787,7 +826,7 @@ type envoyFilter struct {
 			Match   struct {
 				Context            string         `yaml:"context"`
 				Proxy              map[string]any `yaml:"proxy"`
-				Listener           map[string]any `yaml:"listener"`
+				Listener           *listenerMatch `yaml:"listener"`
 				RouteConfiguration map[string]any `yaml:"routeConfiguration"`
 				Cluster            map[string]any `yaml:"cluster"`
 			} `yaml:"match"`
@@ -799,6 +838,27 @@ type envoyFilter struct {
 		} `yaml:"configPatches"`
 		Priority int `yaml:"priority"`
 	} `yaml:"spec"`
+}
+
+// listenerMatch is Istio's EnvoyFilter.ListenerMatch.
+type listenerMatch struct {
+	PortNumber  uint32 `yaml:"portNumber"`
+	PortName    string `yaml:"portName"`
+	Name        string `yaml:"name"`
+	FilterChain *struct {
+		Name                 string `yaml:"name"`
+		Sni                  string `yaml:"sni"`
+		TransportProtocol    string `yaml:"transportProtocol"`
+		ApplicationProtocols string `yaml:"applicationProtocols"`
+		DestinationPort      uint32 `yaml:"destinationPort"`
+		Filter               *struct {
+			Name      string `yaml:"name"`
+			SubFilter *struct {
+				Name string `yaml:"name"`
+			} `yaml:"subFilter"`
+		} `yaml:"filter"`
+	} `yaml:"filterChain"`
+	ListenerFilter string `yaml:"listenerFilter"`
 }
 
 // serverIDs returns the server_id each patch sets on the ext_authz filter's
@@ -853,9 +913,296 @@ func (f envoyFilter) serverIDs(t *testing.T) []string {
 	return ids
 }
 
+// responsePath is one patch that inserts the response path's ext_proc
+// filter, decoded as Envoy's own messages.
+type responsePath struct {
+	patch   int
+	filter  *hcmv3.HttpFilter
+	matcher *matchingv3.ExtensionWithMatcher
+	proc    *extprocv3.ExternalProcessor
+}
+
+// decodeExtProc decodes an HTTP filter as Envoy would: the
+// ExtensionWithMatcher and the ExternalProcessor it wraps, each validated.
+// It returns a nil matcher and processor, and no error, for a filter that
+// is neither; a bare ExternalProcessor is an error, since it would buffer
+// every response.
+func decodeExtProc(raw any) (*hcmv3.HttpFilter, *matchingv3.ExtensionWithMatcher, *extprocv3.ExternalProcessor, error) {
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var hf hcmv3.HttpFilter
+	if err := protojson.Unmarshal(js, &hf); err != nil {
+		return nil, nil, nil, fmt.Errorf("not an HttpFilter: %w", err)
+	}
+	if err := hf.ValidateAll(); err != nil {
+		return nil, nil, nil, err
+	}
+	if hf.GetTypedConfig().MessageIs(&extprocv3.ExternalProcessor{}) {
+		return nil, nil, nil, errors.New("a bare ext_proc filter; wrap it in the ExtensionWithMatcher that skips it unless the request was an allowed tools/list, or it buffers every response")
+	}
+	var ewm matchingv3.ExtensionWithMatcher
+	if !hf.GetTypedConfig().MessageIs(&ewm) {
+		return &hf, nil, nil, nil
+	}
+	if err := hf.GetTypedConfig().UnmarshalTo(&ewm); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ewm.ValidateAll(); err != nil {
+		return nil, nil, nil, err
+	}
+	var proc extprocv3.ExternalProcessor
+	if !ewm.GetExtensionConfig().GetTypedConfig().MessageIs(&proc) {
+		return &hf, nil, nil, nil
+	}
+	if err := ewm.GetExtensionConfig().GetTypedConfig().UnmarshalTo(&proc); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := proc.ValidateAll(); err != nil {
+		return nil, nil, nil, err
+	}
+	return &hf, &ewm, &proc, nil
+}
+
+// responsePaths returns the patches that insert the ext_proc filter.
+func (f envoyFilter) responsePaths(t *testing.T) []responsePath {
+	t.Helper()
+	var out []responsePath
+	for i, p := range f.Spec.ConfigPatches {
+		if p.ApplyTo != "HTTP_FILTER" {
+			continue
+		}
+		hf, ewm, proc, err := decodeExtProc(p.Patch.Value)
+		if err != nil {
+			t.Errorf("EnvoyFilter %s patch %d: %v", f.Metadata.Name, i, err)
+			continue
+		}
+		if proc != nil {
+			out = append(out, responsePath{patch: i, filter: hf, matcher: ewm, proc: proc})
+		}
+	}
+	return out
+}
+
+// skipsExtProc evaluates the filter's matcher as Envoy does (the first
+// matcher that matches decides, else on_no_match) for a request whose
+// ext_authz dynamic metadata has, or lacks, the listing ticket: whether the
+// filter is skipped. It knows only the input, matcher and action the filter
+// is written with, and fails on anything else rather than guess.
+func skipsExtProc(ewm *matchingv3.ExtensionWithMatcher, listing bool) (bool, error) {
+	m := ewm.GetXdsMatcher()
+	if m == nil || m.GetMatcherList() == nil {
+		return false, errors.New("want an xds_matcher with a matcher_list")
+	}
+	skip := func(where string, a *anypb.Any) (bool, error) {
+		if !a.MessageIs(&skipv3.SkipFilter{}) {
+			return false, fmt.Errorf("%s: action %s, want SkipFilter", where, a.GetTypeUrl())
+		}
+		return true, nil
+	}
+	for i, fm := range m.GetMatcherList().GetMatchers() {
+		sp := fm.GetPredicate().GetSinglePredicate()
+		if sp == nil {
+			return false, fmt.Errorf("matcher %d: want a single_predicate", i)
+		}
+		var in netinputv3.DynamicMetadataInput
+		if err := sp.GetInput().GetTypedConfig().UnmarshalTo(&in); err != nil {
+			return false, fmt.Errorf("matcher %d: input: want DynamicMetadataInput: %v", i, err)
+		}
+		if in.GetFilter() != extAuthzFilter || len(in.GetPath()) != 1 || in.GetPath()[0].GetKey() != "listing" {
+			return false, fmt.Errorf("matcher %d: input reads %s %v, want the key listing of %s's metadata", i, in.GetFilter(), in.GetPath(), extAuthzFilter)
+		}
+		var mm metadatamatchv3.Metadata
+		if err := sp.GetCustomMatch().GetTypedConfig().UnmarshalTo(&mm); err != nil {
+			return false, fmt.Errorf("matcher %d: custom_match: want the Metadata input matcher: %v", i, err)
+		}
+		if !mm.GetValue().GetPresentMatch() {
+			return false, fmt.Errorf("matcher %d: want value present_match: true (the ticket's value is capsnap's to read)", i)
+		}
+		if listing == mm.GetInvert() {
+			continue // no match
+		}
+		if fm.GetOnMatch().GetAction() == nil || fm.GetOnMatch().GetKeepMatching() {
+			return false, fmt.Errorf("matcher %d: on_match: want an action, and no keep_matching", i)
+		}
+		return skip(fmt.Sprintf("matcher %d", i), fm.GetOnMatch().GetAction().GetTypedConfig())
+	}
+	if om := m.GetOnNoMatch(); om != nil {
+		if om.GetAction() == nil {
+			return false, errors.New("on_no_match: want an action")
+		}
+		return skip("on_no_match", om.GetAction().GetTypedConfig())
+	}
+	return false, nil
+}
+
+// demoExtProc is the response path's filter in envoy/demo.yaml, which the
+// end-to-end tests run against the real Envoy.
+func demoExtProc(t *testing.T) *hcmv3.HttpFilter {
+	t.Helper()
+	var demo struct {
+		StaticResources struct {
+			Listeners []struct {
+				FilterChains []struct {
+					Filters []struct {
+						Name        string `yaml:"name"`
+						TypedConfig struct {
+							HTTPFilters []map[string]any `yaml:"http_filters"`
+						} `yaml:"typed_config"`
+					} `yaml:"filters"`
+				} `yaml:"filter_chains"`
+			} `yaml:"listeners"`
+		} `yaml:"static_resources"`
+	}
+	if err := yaml.Unmarshal(readFile(t, "envoy", "demo.yaml"), &demo); err != nil {
+		t.Fatalf("envoy/demo.yaml: %v", err)
+	}
+	var found []*hcmv3.HttpFilter
+	for _, l := range demo.StaticResources.Listeners {
+		for _, fc := range l.FilterChains {
+			for _, f := range fc.Filters {
+				if f.Name != hcmFilter {
+					continue
+				}
+				for _, hf := range f.TypedConfig.HTTPFilters {
+					if hf["name"] != extProcFilter {
+						continue
+					}
+					d, _, proc, err := decodeExtProc(hf)
+					if err != nil || proc == nil {
+						t.Fatalf("envoy/demo.yaml: %s: not a matcher-wrapped ext_proc filter (%v)", extProcFilter, err)
+					}
+					found = append(found, d)
+				}
+			}
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("envoy/demo.yaml: %d %s filters, want one", len(found), extProcFilter)
+	}
+	return found[0]
+}
+
+// withoutService is an ext_proc filter with its grpc_service cleared: the
+// part that is the same in every Envoy, whatever its cluster for capsnap.
+func withoutService(t *testing.T, hf *hcmv3.HttpFilter) *hcmv3.HttpFilter {
+	t.Helper()
+	out := proto.Clone(hf).(*hcmv3.HttpFilter)
+	var ewm matchingv3.ExtensionWithMatcher
+	var proc extprocv3.ExternalProcessor
+	if err := out.GetTypedConfig().UnmarshalTo(&ewm); err != nil {
+		t.Fatal(err)
+	}
+	if err := ewm.GetExtensionConfig().GetTypedConfig().UnmarshalTo(&proc); err != nil {
+		t.Fatal(err)
+	}
+	proc.GrpcService = nil
+	var err error
+	if ewm.ExtensionConfig.TypedConfig, err = anypb.New(&proc); err != nil {
+		t.Fatal(err)
+	}
+	if out.ConfigType.(*hcmv3.HttpFilter_TypedConfig).TypedConfig, err = anypb.New(&ewm); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkResponsePath holds one response-path patch to what the response
+// path needs, to envoy/demo.yaml's filter, and to the capsnap provider's
+// service and port.
+func checkResponsePath(t *testing.T, f envoyFilter, rp responsePath, demo *hcmv3.HttpFilter, provider *grpcProvider) {
+	t.Helper()
+	where := fmt.Sprintf("EnvoyFilter %s patch %d", f.Metadata.Name, rp.patch)
+	p := f.Spec.ConfigPatches[rp.patch]
+
+	// Where: in the MCP server's inbound sidecar, right after the ext_authz
+	// filter whose metadata it reads. Without the subFilter Istio would
+	// append it after the router, where it never runs.
+	if p.Match.Context != "SIDECAR_INBOUND" || p.Patch.Operation != "INSERT_AFTER" {
+		t.Errorf("%s: want context SIDECAR_INBOUND and operation INSERT_AFTER, have %s %s", where, p.Match.Context, p.Patch.Operation)
+	}
+	l := p.Match.Listener
+	if l == nil || l.FilterChain == nil || l.FilterChain.Filter == nil || l.FilterChain.Filter.Name != hcmFilter ||
+		l.FilterChain.Filter.SubFilter == nil || l.FilterChain.Filter.SubFilter.Name != extAuthzFilter {
+		t.Errorf("%s: want match.listener.filterChain.filter %s with subFilter %s", where, hcmFilter, extAuthzFilter)
+	} else if l.PortNumber != 0 || l.PortName != "" || l.Name != "" || l.FilterChain.Name != "" || l.FilterChain.DestinationPort != 0 ||
+		l.FilterChain.Sni != "" || l.FilterChain.TransportProtocol != "" || l.FilterChain.ApplicationProtocols != "" {
+		// Every HTTP filter chain that has ext_authz must have ext_proc.
+		t.Errorf("%s: the listener match is narrowed; a filter chain with ext_authz and without ext_proc denies every tools/call no_snapshot", where)
+	}
+	if rp.filter.GetName() != extProcFilter {
+		t.Errorf("%s: filter name %q, want %q as in envoy/demo.yaml", where, rp.filter.GetName(), extProcFilter)
+	}
+	if n := rp.matcher.GetExtensionConfig().GetName(); n != "envoy.filters.http.ext_proc" {
+		t.Errorf("%s: extension_config.name %q, want envoy.filters.http.ext_proc", where, n)
+	}
+
+	// Which responses: only an allowed tools/list's.
+	absent, err1 := skipsExtProc(rp.matcher, false)
+	present, err2 := skipsExtProc(rp.matcher, true)
+	switch {
+	case err1 != nil || err2 != nil:
+		t.Errorf("%s: matcher: %v", where, errors.Join(err1, err2))
+	case !absent:
+		t.Errorf("%s: the matcher does not skip requests without the listing ticket: every response would be buffered", where)
+	case present:
+		t.Errorf("%s: the matcher skips tools/list responses too: nothing would be pinned", where)
+	}
+
+	// How.
+	proc := rp.proc
+	if proc.GetFailureModeAllow() {
+		t.Errorf("%s: failure_mode_allow must be false: a list capsnap did not read would reach the agent", where)
+	}
+	if proc.GetStatusOnError().GetCode() != typev3.StatusCode_ServiceUnavailable {
+		t.Errorf("%s: status_on_error %v, want ServiceUnavailable", where, proc.GetStatusOnError().GetCode())
+	}
+	pm := proc.GetProcessingMode()
+	for _, m := range []struct {
+		field      string
+		have, want fmt.Stringer
+	}{
+		{"request_header_mode", pm.GetRequestHeaderMode(), extprocv3.ProcessingMode_SKIP},
+		{"request_body_mode", pm.GetRequestBodyMode(), extprocv3.ProcessingMode_NONE},
+		{"request_trailer_mode", pm.GetRequestTrailerMode(), extprocv3.ProcessingMode_SKIP},
+		{"response_header_mode", pm.GetResponseHeaderMode(), extprocv3.ProcessingMode_SEND},
+		{"response_body_mode", pm.GetResponseBodyMode(), extprocv3.ProcessingMode_BUFFERED},
+		{"response_trailer_mode", pm.GetResponseTrailerMode(), extprocv3.ProcessingMode_SKIP},
+	} {
+		if m.have != m.want {
+			t.Errorf("%s: processing_mode.%s %v, want %v", where, m.field, m.have, m.want)
+		}
+	}
+	if !slices.Contains(proc.GetMetadataOptions().GetForwardingNamespaces().GetUntyped(), extAuthzFilter) {
+		t.Errorf("%s: metadata_options.forwarding_namespaces.untyped lacks %s: capsnap would get no listing ticket", where, extAuthzFilter)
+	}
+
+	// To whom: the sidecar's cluster for the capsnap provider, which Istio
+	// names outbound|<port>||<service>; the authority is the service, since
+	// Envoy would send the cluster name, and "|" is no valid authority.
+	eg := proc.GetGrpcService().GetEnvoyGrpc()
+	if provider != nil {
+		if want := fmt.Sprintf("outbound|%d||%s", provider.Port, provider.Service); eg.GetClusterName() != want {
+			t.Errorf("%s: cluster_name %q, want %q: the capsnap provider's service and port", where, eg.GetClusterName(), want)
+		}
+		if eg.GetAuthority() != provider.Service {
+			t.Errorf("%s: authority %q, want the provider's service %q", where, eg.GetAuthority(), provider.Service)
+		}
+	}
+
+	// Everything else as in envoy/demo.yaml, which the end-to-end tests run.
+	if have, want := withoutService(t, rp.filter), withoutService(t, demo); !proto.Equal(have, want) {
+		hj, _ := protojson.Marshal(have)
+		wj, _ := protojson.Marshal(want)
+		t.Errorf("%s: apart from grpc_service, the filter is not envoy/demo.yaml's %s; copy it again\nhave %s\nwant %s", where, extProcFilter, hj, wj)
+	}
+}
+
 func TestIstio(t *testing.T) {
 	k := loadK8s(t)
 	m := loadManifests(t, "istio")
+	demo := demoExtProc(t)
 
 	// The extension provider.
 	var op istioOperator
@@ -894,6 +1241,10 @@ func TestIstio(t *testing.T) {
 			t.Errorf("provider %s: includeRequestBodyInCheck is required: capsnap reads the body", name)
 		case b.MaxRequestBytes != k.cfg.Limits.MaxBodyBytes:
 			t.Errorf("provider %s: maxRequestBytes %d, but capsnap.yaml limits.max_body_bytes is %d", name, b.MaxRequestBytes, k.cfg.Limits.MaxBodyBytes)
+		case b.MaxRequestBytes != k.cfg.Discovery.MaxResponseBytes:
+			// It also bounds the tools/list response the sidecar buffers
+			// for the response path.
+			t.Errorf("provider %s: maxRequestBytes %d, but capsnap.yaml discovery.max_response_bytes is %d", name, b.MaxRequestBytes, k.cfg.Discovery.MaxResponseBytes)
 		case b.AllowPartialMessage == nil || *b.AllowPartialMessage:
 			t.Errorf("provider %s: allowPartialMessage must be false: a prefix of the body is not what the server reads", name)
 		case b.PackAsBytes == nil || !*b.PackAsBytes:
@@ -908,9 +1259,24 @@ func TestIstio(t *testing.T) {
 		configured[s.ID] = true
 	}
 	named := map[string]string{} // namespace + labels -> server_id
+	// The response-path patches, by namespace and workload labels; they are
+	// held to the provider once the CUSTOM policy names it.
+	type rpPatch struct {
+		f  envoyFilter
+		rp responsePath
+	}
+	responsePaths := map[string][]rpPatch{}
 	for _, o := range m.all("EnvoyFilter") {
 		var f envoyFilter
 		o.decode(t, &f, true)
+		for _, rp := range f.responsePaths(t) {
+			if f.Spec.WorkloadSelector == nil || len(f.Spec.WorkloadSelector.Labels) == 0 {
+				t.Errorf("EnvoyFilter %s: no workloadSelector; select the MCP server workload, as its CUSTOM policy does", o.Metadata.Name)
+				continue
+			}
+			key := o.Metadata.Namespace + "/" + fmt.Sprint(f.Spec.WorkloadSelector.Labels)
+			responsePaths[key] = append(responsePaths[key], rpPatch{f, rp})
+		}
 		ids := f.serverIDs(t)
 		if len(ids) == 0 {
 			continue
@@ -986,6 +1352,21 @@ func TestIstio(t *testing.T) {
 		if named[key] == "" {
 			t.Errorf("AuthorizationPolicy %s guards %s, which no EnvoyFilter gives a server_id: capsnap would deny all of it (unknown_server)", o.Metadata.Name, key)
 		}
+		// Exactly one response path: without it nothing is pinned and
+		// every tools/call is denied no_snapshot; with two, capsnap would
+		// be handed a list it had already rewritten.
+		switch rps := responsePaths[key]; len(rps) {
+		case 1:
+			var provider *grpcProvider
+			if ap.Spec.Provider != nil {
+				provider = providers[ap.Spec.Provider.Name]
+			}
+			checkResponsePath(t, rps[0].f, rps[0].rp, demo, provider)
+		case 0:
+			t.Errorf("AuthorizationPolicy %s guards %s, which no EnvoyFilter gives the response path: nothing would be pinned, and every tools/call denied no_snapshot", o.Metadata.Name, key)
+		default:
+			t.Errorf("AuthorizationPolicy %s guards %s, which %d EnvoyFilter patches give the response path; want one", o.Metadata.Name, key, len(rps))
+		}
 	}
 	if custom == 0 {
 		t.Error("no AuthorizationPolicy with action CUSTOM")
@@ -993,6 +1374,11 @@ func TestIstio(t *testing.T) {
 	for key, id := range named {
 		if !guarded[key] {
 			t.Errorf("EnvoyFilter for %s names server %q, but no CUSTOM policy sends its requests to capsnap", key, id)
+		}
+	}
+	for key, rps := range responsePaths {
+		if !guarded[key] {
+			t.Errorf("EnvoyFilter %s gives %s the response path, but no CUSTOM policy sends its requests to capsnap", rps[0].f.Metadata.Name, key)
 		}
 	}
 
