@@ -58,6 +58,8 @@ var knownMetrics = map[string]string{
 	"capsnap_policy_reloads_total":         "counter",
 	"capsnap_policy_info":                  "gauge",
 	"capsnap_snapshot_lookups_total":       "counter",
+	"capsnap_deliveries_total":             "counter",
+	"capsnap_tools_withheld_total":         "counter",
 }
 
 // The drift reasons, as in deny/deny.go; the drift alert and panel select

@@ -6,7 +6,8 @@
 // Each test checks what a typo or a drift would silently break in a real
 // deployment: that the files parse, that capsnap accepts the configuration
 // and policy the ConfigMap ships, that ports, paths and names agree from one
-// file to the next, that Istio's CUSTOM policy and the server_id patch cover
-// the same workloads, that every metric the alerts and the dashboard query
+// file to the next, that Istio's CUSTOM policy, the server_id patch and the
+// response-path patch cover the same workloads (and that patch's filter is
+// envoy/demo.yaml's), that every metric the alerts and the dashboard query
 // is one capsnap exports, and that the image is static and non-root.
 package deploy
