@@ -64,6 +64,9 @@ type StackOptions struct {
 	// Principal, if set, is capsnap's principal section as a YAML flow
 	// mapping, e.g. "{source: mtls}"; empty trusts the development header.
 	Principal string
+	// ServerArgs are passed to both server processes after -addr and
+	// -variant, e.g. testbed/cmd/mcpfixture's -mode.
+	ServerArgs []string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -130,7 +133,8 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 
 // startServer starts one billing process as server id, serving variant.
 func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, error) {
-	p, err := Start(id, s.opts.Billing, []string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.Tee)
+	args := append([]string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.ServerArgs...)
+	p, err := Start(id, s.opts.Billing, args, s.opts.Tee)
 	if err != nil {
 		return nil, err
 	}
