@@ -672,29 +672,11 @@ func TestSSEAndJSONLists(t *testing.T) {
 func deliveryRawList(t *testing.T, s *testbed.Stack, id int, extra map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id)
-	req, err := http.NewRequest(http.MethodPost, s.MCPURL(), strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/list")
+	h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
 	for k, v := range extra {
-		req.Header.Set(k, v)
+		h[k] = v
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), deliveryTimeout)
-	defer cancel()
-	resp, err := testbed.HTTPClient(deliveryAgent).Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return postWith(t, s, deliveryAgent, body, h)
 }
 
 func deliverySetMalformed(t *testing.T, s *testbed.Stack, on string) {

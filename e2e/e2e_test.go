@@ -250,12 +250,23 @@ func TestWalkingSkeleton(t *testing.T) {
 // SDK might.
 func post(t *testing.T, s *testbed.Stack, principal, body string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.MCPURL(), strings.NewReader(body))
+	return postWith(t, s, principal, body, nil)
+}
+
+// postWith is post with extra headers, bounded in time.
+func postWith(t *testing.T, s *testbed.Stack, principal, body string, headers map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.MCPURL(), strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := testbed.HTTPClient(principal).Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -183,11 +183,8 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	if fail != nil {
 		return fail
 	}
-	snap := &cache.Snapshot{
-		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
-		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
-		NextCursor: resp.NextCursor,
-	}
+	snap := s.newSnapshot(d, list)
+	snap.NextCursor = resp.NextCursor
 	// A later page continues the snapshot of the pages before it, so that
 	// a call is held to whichever page delivered its tool: the pins carry
 	// over with the generation that confirmed each, never the lifetime.

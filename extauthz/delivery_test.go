@@ -18,7 +18,6 @@ import (
 
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
-	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -63,27 +62,11 @@ func deliveryFixture(t testing.TB, policyPath string, opts ...func(*Options)) *f
 // policy's path.
 func writeDeliveryLock(t testing.TB, defs ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	var entries []lockfile.Entry
-	for _, def := range defs {
-		d, canon, err := mcpparse.ToolDigest([]byte(def))
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, lockfile.Entry{ServerID: "billing", Tool: toolName(t, def), Digest: d, Definition: canon})
+	raw := make([]json.RawMessage, len(defs))
+	for i, def := range defs {
+		raw[i] = json.RawMessage(def)
 	}
-	if err := lockfile.Write(filepath.Join(dir, "capsnap.lock"), entries); err != nil {
-		t.Fatal(err)
-	}
-	pol, err := os.ReadFile("testdata/delivery/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(path, append([]byte("lockfile: capsnap.lock\n"), pol...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return lockedPolicy(t, t.TempDir(), "testdata/delivery/policy.yaml", raw...)
 }
 
 func toolName(t testing.TB, def string) string {

@@ -123,20 +123,30 @@ func writeLockedPolicy(t *testing.T, dir, catalogFile string) string {
 	if err := json.Unmarshal(data, &result); err != nil {
 		t.Fatal(err)
 	}
+	return lockedPolicy(t, dir, "testdata/pack/policy.yaml", result.Tools...)
+}
+
+// lockedPolicy writes into dir the policy at policyFile with a lockfile
+// approving exactly defs on billing, at their digests, and returns the
+// policy's path.
+func lockedPolicy(t testing.TB, dir, policyFile string, defs ...json.RawMessage) string {
+	t.Helper()
 	var entries []lockfile.Entry
-	for _, def := range result.Tools {
+	for _, def := range defs {
 		d, canon, err := mcpparse.ToolDigest(def)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var n struct{ Name string }
-		_ = json.Unmarshal(def, &n)
+		if err := json.Unmarshal(def, &n); err != nil || n.Name == "" {
+			t.Fatalf("definition %s: %v", def, err)
+		}
 		entries = append(entries, lockfile.Entry{ServerID: "billing", Tool: n.Name, Digest: d, Definition: canon})
 	}
 	if err := lockfile.Write(filepath.Join(dir, "capsnap.lock"), entries); err != nil {
 		t.Fatal(err)
 	}
-	pol, err := os.ReadFile("testdata/pack/policy.yaml")
+	pol, err := os.ReadFile(policyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

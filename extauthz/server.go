@@ -357,10 +357,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 	if fail != nil {
 		return fail
 	}
-	snap := &cache.Snapshot{
-		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
-		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
-	}
+	snap := s.newSnapshot(d, list)
 	r := s.rules.Load()
 	for name, t := range list.Tools {
 		rule, err := r.Policy.Decide(d.principal, d.serverID, name)
@@ -375,6 +372,14 @@ func (s *Server) mint(d *decision) *deny.Error {
 	s.metrics.mintedFor(d.serverID)
 	d.snapshot = snap
 	return nil
+}
+
+// newSnapshot starts the snapshot a tools/list mints: no pins yet.
+func (s *Server) newSnapshot(d *decision, list *catalog.List) *cache.Snapshot {
+	return &cache.Snapshot{
+		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
+		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
+	}
 }
 
 // verifyCall holds one tools/call to its snapshot and to what is live now,
