@@ -109,6 +109,10 @@ type Store interface {
 	ByEpoch(epoch string) (*Snapshot, bool)
 	// Latest returns the newest snapshot for (principal, server, session).
 	Latest(principal, serverID, session string) (*Snapshot, bool)
+	// LatestInAnySession returns the newest snapshot for (principal,
+	// server), whatever its session: for a denial that says whether a
+	// call's session, or its principal, has none.
+	LatestInAnySession(principal, serverID string) (*Snapshot, bool)
 	// RecordCall notes that a call to tool was allowed under snapshot s,
 	// for the policy's sequence rules; Called asks.
 	RecordCall(s *Snapshot, tool string)
@@ -202,6 +206,7 @@ func (m *Memory) Put(s *Snapshot) error {
 	}
 	m.held.Add(1)
 	m.latest.SetWithTTL(latestKey(s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
+	m.latest.SetWithTTL(anySessionKey(s.Principal, s.ServerID), s.Epoch, 1, ttl)
 	m.latest.Wait()
 	return nil
 }
@@ -220,8 +225,23 @@ func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool) {
 	return m.snapshots.Get(epoch)
 }
 
+// LatestInAnySession implements Store.
+func (m *Memory) LatestInAnySession(principal, serverID string) (*Snapshot, bool) {
+	epoch, ok := m.latest.Get(anySessionKey(principal, serverID))
+	if !ok {
+		return nil, false
+	}
+	return m.snapshots.Get(epoch)
+}
+
 func latestKey(principal, serverID, session string) string {
 	return encode(principal, serverID, session)
+}
+
+// anySessionKey has two parts where latestKey has three, so the two never
+// collide in the one map.
+func anySessionKey(principal, serverID string) string {
+	return encode(principal, serverID)
 }
 
 // Held is how many snapshots the store holds now, for the

@@ -80,6 +80,16 @@ func TestLatestPerPrincipalServerSession(t *testing.T) {
 	if _, ok := m.Latest("b", "billing", "s1"); ok {
 		t.Error("another principal found a's snapshot")
 	}
+	if got, _ := m.LatestInAnySession("a", "billing"); got != other {
+		t.Errorf("LatestInAnySession = %v, want the newest of every session", got)
+	}
+	if _, ok := m.LatestInAnySession("a", "payments"); ok {
+		t.Error("a snapshot on billing was found on payments")
+	}
+	// An empty session is a session of its own, not the any-session key.
+	if _, ok := m.Latest("a", "billing", ""); ok {
+		t.Error("Latest with no session found a session's snapshot")
+	}
 	// The older snapshot stays findable by its epoch until it expires.
 	if _, ok := m.ByEpoch(first.Epoch); !ok {
 		t.Error("first snapshot gone")

@@ -158,10 +158,36 @@ type Discovery struct {
 
 // Denials configures what a denial tells the caller.
 type Denials struct {
-	// ListAllowedTools makes a tool_not_granted denial list the tools the
-	// principal may call on that server, so an agent can re-plan.
+	// ListAllowedTools makes a denial that sends the caller back to
+	// planning list the tools its snapshot lets it call.
 	ListAllowedTools bool `yaml:"list_allowed_tools"`
+	// Status is the HTTP status of a denial: StatusOK or StatusHTTPError.
+	Status string `yaml:"status"`
+	// CallForm is the form of a tools/call denial: CallFormError or
+	// CallFormToolResult.
+	CallForm string `yaml:"call_form"`
 }
+
+// Denial statuses and forms. Every official MCP SDK client (Go, TypeScript,
+// Python) surfaces a JSON-RPC error with its code and data only when it
+// comes with a 2xx: the TypeScript client turns any other status into a
+// transport error that carries the body as text.
+const (
+	// StatusOK answers a denial with HTTP 200 and the JSON-RPC error for
+	// the request's id.
+	StatusOK = "ok"
+	// StatusHTTPError answers it with 403 (400 for a malformed request or
+	// a header mismatch, 415 for an unsupported body), for HTTP-level
+	// tooling that counts 4xx; TypeScript agents then get the reason only
+	// as text.
+	StatusHTTPError = "http_error"
+	// CallFormError denies a tools/call with a JSON-RPC error.
+	CallFormError = "error"
+	// CallFormToolResult denies it with a tool result (isError: true) whose
+	// text says why and what to do next, for hosts that hand tool errors
+	// to the model rather than to the agent's code.
+	CallFormToolResult = "tool_result"
+)
 
 // Snapshots configures capability snapshots.
 type Snapshots struct {
@@ -212,7 +238,7 @@ func Default() Config {
 			Header: "x-capsnap-dev-principal",
 		},
 		PolicyPoll: 2 * time.Second,
-		Denials:    Denials{ListAllowedTools: true},
+		Denials:    Denials{ListAllowedTools: true, Status: StatusOK, CallForm: CallFormError},
 		Snapshots:  Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
 		Discovery:  Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
 		Catalog:    Catalog{MaxAge: 2 * time.Minute},
@@ -307,6 +333,9 @@ func (c Config) Validate() error {
 	if c.PolicyPoll < 100*time.Millisecond {
 		return fmt.Errorf("policy_poll_interval: %s is below 100ms", c.PolicyPoll)
 	}
+	if err := c.Denials.validate(); err != nil {
+		return fmt.Errorf("denials.%w", err)
+	}
 	if err := c.Principal.validate(); err != nil {
 		return fmt.Errorf("principal.%w", err)
 	}
@@ -360,6 +389,24 @@ func (c Config) Validate() error {
 	case "json", "console":
 	default:
 		return fmt.Errorf("log.format: %q is not json or console", c.Log.Format)
+	}
+	return nil
+}
+
+func (d Denials) validate() error {
+	switch d.Status {
+	case StatusOK, StatusHTTPError:
+	default:
+		return fmt.Errorf("status: %q is not %s or %s", d.Status, StatusOK, StatusHTTPError)
+	}
+	switch d.CallForm {
+	case CallFormError:
+	case CallFormToolResult:
+		if d.Status != StatusOK {
+			return fmt.Errorf("call_form: %s is a result, which only status %s can carry", CallFormToolResult, StatusOK)
+		}
+	default:
+		return fmt.Errorf("call_form: %q is not %s or %s", d.CallForm, CallFormError, CallFormToolResult)
 	}
 	return nil
 }

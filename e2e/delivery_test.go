@@ -692,12 +692,12 @@ func deliverySetMalformed(t *testing.T, s *testbed.Stack, on string) {
 }
 
 // deliveryCheckMalformed fails unless what the agent got for its tools/list
-// of id is capsnap's 502 malformed_response JSON-RPC error, and none of the
-// server's body.
+// of id is capsnap's malformed_response JSON-RPC error (a 200, the default
+// denials.status), and none of the server's body.
 func deliveryCheckMalformed(t *testing.T, status int, h http.Header, body []byte, id json.RawMessage) {
 	t.Helper()
-	if status != http.StatusBadGateway || h.Get("x-capsnap-reason") != "malformed_response" {
-		t.Fatalf("got %d, x-capsnap-reason %q; want 502 malformed_response\n%s", status, h.Get("x-capsnap-reason"), body)
+	if status != http.StatusOK || h.Get("x-capsnap-reason") != "malformed_response" {
+		t.Fatalf("got %d, x-capsnap-reason %q; want 200 malformed_response\n%s", status, h.Get("x-capsnap-reason"), body)
 	}
 	if e := h.Get(testbed.EpochHeader); e != "" {
 		t.Fatalf("a response capsnap could not read came with epoch %q", e)
@@ -717,11 +717,11 @@ func deliveryCheckMalformed(t *testing.T, status int, h http.Header, body []byte
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(body, &msg); err != nil {
-		t.Fatalf("the 502 body is not JSON: %v\n%s", err, body)
+		t.Fatalf("the body is not JSON: %v\n%s", err, body)
 	}
 	if msg.JSONRPC != "2.0" || string(msg.ID) != string(id) || msg.Result != nil || msg.Error == nil ||
 		msg.Error.Code != -31000 || msg.Error.Data.Reason != "malformed_response" {
-		t.Fatalf("the 502 body is not capsnap's malformed_response JSON-RPC error for id %s:\n%s", id, body)
+		t.Fatalf("the body is not capsnap's malformed_response JSON-RPC error for id %s:\n%s", id, body)
 	}
 }
 
@@ -738,8 +738,13 @@ func TestMalformedUpstreamList(t *testing.T) {
 		served := deliveryStats(t, s).MalformedServed
 		ctx, cancel := context.WithTimeout(context.Background(), deliveryTimeout)
 		defer cancel()
-		if res, err := c.cs.ListTools(ctx, nil); err == nil {
+		res, err := c.cs.ListTools(ctx, nil)
+		if err == nil {
 			t.Fatalf("tools/list of a malformed response succeeded: %v", res.Tools)
+		}
+		// The SDK surfaces capsnap's reason to the agent.
+		if r := denialReason(t, err); r != "malformed_response" {
+			t.Fatalf("the SDK client saw %q, want malformed_response", r)
 		}
 		if deliveryStats(t, s).MalformedServed != served+1 {
 			t.Fatal("the fixture did not serve its malformed body")

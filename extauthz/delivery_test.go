@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 )
@@ -701,66 +702,75 @@ func TestDeliverFailures(t *testing.T) {
 		{name: "catalog too old", before: func(e env) { e.f.clock.advance(2*time.Minute + time.Second) },
 			want: deny.CatalogUnavailable, status: 403, id: `"l"`},
 	}
+	// Under denials.status ok the refusal is a 200 that every SDK client
+	// reads; under http_error, and whenever the id is unknown (a bad
+	// ticket), it is the row's HTTP error.
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var opts []func(*Options)
-			if tt.opts != nil {
-				opts = append(opts, tt.opts)
-			}
-			f := newFixture(t, opts...)
-			e := env{f: f, good: f.ticket(t, support, listBody)}
-			ticket := e.good
-			if tt.ticket != nil {
-				ticket = tt.ticket(e)
-			}
-			if tt.before != nil {
-				tt.before(e)
-			}
-			head := tt.head
-			if head.Status == 0 {
-				head = okJSON
-			}
-			body := goodBody(e)
-			if tt.body != nil {
-				body = tt.body(e)
-			}
-			out := f.Deliver(ticket, head, body)
-			if out.Fail == nil || out.Fail.Reason != tt.want {
-				t.Fatalf("fail %v, want %s", out.Fail, tt.want)
-			}
-			if out.Status != tt.status {
-				t.Errorf("status %d, want %d", out.Status, tt.status)
-			}
-			var msg struct {
-				JSONRPC string          `json:"jsonrpc"`
-				ID      json.RawMessage `json:"id"`
-				Result  json.RawMessage `json:"result"`
-				Error   struct {
-					Code int       `json:"code"`
-					Data errorData `json:"data"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(out.Body, &msg); err != nil {
-				t.Fatalf("body %q: %v", out.Body, err)
-			}
-			if msg.JSONRPC != "2.0" || string(msg.ID) != tt.id || msg.Result != nil || msg.Error.Code != CodeDenied || msg.Error.Data.Reason != tt.want || msg.Error.Data.Detail == "" {
-				t.Errorf("body %s: want a JSON-RPC error for id %s with reason %s", out.Body, tt.id, tt.want)
-			}
-			if deliveredHeader(out, HeaderEpoch) != "" || deliveredHeader(out, HeaderValidUntil) != "" {
-				t.Errorf("a refused response carries an epoch: %v", out.Headers)
-			}
-			if deliveredHeader(out, HeaderReason) != string(tt.want) || deliveredHeader(out, "content-type") != jsonHead {
-				t.Errorf("headers %v", out.Headers)
-			}
-			if len(out.Withheld) != 0 {
-				t.Errorf("withheld %v on a refused response", out.Withheld)
-			}
-			for _, who := range []string{support, auditor} {
-				if snap, ok := f.snapshots.Latest(who, "billing", ""); ok {
-					t.Errorf("a refused response minted %s for %s", snap.Epoch, who)
+		for _, form := range []string{config.StatusOK, config.StatusHTTPError} {
+			t.Run(tt.name+"/"+form, func(t *testing.T) {
+				opts := []func(*Options){func(o *Options) { o.Denials.Status = form }}
+				if tt.opts != nil {
+					opts = append(opts, tt.opts)
 				}
-			}
-		})
+				f := newFixture(t, opts...)
+				e := env{f: f, good: f.ticket(t, support, listBody)}
+				ticket := e.good
+				if tt.ticket != nil {
+					ticket = tt.ticket(e)
+				}
+				if tt.before != nil {
+					tt.before(e)
+				}
+				head := tt.head
+				if head.Status == 0 {
+					head = okJSON
+				}
+				body := goodBody(e)
+				if tt.body != nil {
+					body = tt.body(e)
+				}
+				out := f.Deliver(ticket, head, body)
+				if out.Fail == nil || out.Fail.Reason != tt.want {
+					t.Fatalf("fail %v, want %s", out.Fail, tt.want)
+				}
+				want := tt.status
+				if form == config.StatusOK && tt.id != "null" {
+					want = 200
+				}
+				if out.Status != want {
+					t.Errorf("status %d, want %d", out.Status, want)
+				}
+				var msg struct {
+					JSONRPC string          `json:"jsonrpc"`
+					ID      json.RawMessage `json:"id"`
+					Result  json.RawMessage `json:"result"`
+					Error   struct {
+						Code int       `json:"code"`
+						Data errorData `json:"data"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal(out.Body, &msg); err != nil {
+					t.Fatalf("body %q: %v", out.Body, err)
+				}
+				if msg.JSONRPC != "2.0" || string(msg.ID) != tt.id || msg.Result != nil || msg.Error.Code != CodeDenied || msg.Error.Data.Reason != tt.want || msg.Error.Data.Detail == "" {
+					t.Errorf("body %s: want a JSON-RPC error for id %s with reason %s", out.Body, tt.id, tt.want)
+				}
+				if deliveredHeader(out, HeaderEpoch) != "" || deliveredHeader(out, HeaderValidUntil) != "" {
+					t.Errorf("a refused response carries an epoch: %v", out.Headers)
+				}
+				if deliveredHeader(out, HeaderReason) != string(tt.want) || deliveredHeader(out, "content-type") != jsonHead {
+					t.Errorf("headers %v", out.Headers)
+				}
+				if len(out.Withheld) != 0 {
+					t.Errorf("withheld %v on a refused response", out.Withheld)
+				}
+				for _, who := range []string{support, auditor} {
+					if snap, ok := f.snapshots.Latest(who, "billing", ""); ok {
+						t.Errorf("a refused response minted %s for %s", snap.Epoch, who)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -947,11 +957,11 @@ func BenchmarkDeliver225(b *testing.B) {
 // parse, both arrive as Status 0) is not known to deliver no tools: like a
 // streamed body, it must fail closed, never pass unfiltered.
 //
-// BUG: Deliver treats Status 0 as an error status (Status < 200) and passes
-// the server's whole list through unchanged: Fail nil, Body nil, so the
-// agent is delivered every tool, withheld ones included.
+// A response of no valid status (ext_proc told to skip the response
+// headers) is not an error status to pass through: the whole list would
+// reach the agent.
 func TestDeliverWithoutStatusFailsClosed(t *testing.T) {
-	f := deliveryFixture(t, "")
+	f := deliveryFixture(t, "", func(o *Options) { o.Denials.Status = config.StatusHTTPError })
 	served := []string{defPendingOdd, defExport, defLookupOdd, defAnnotateDrift, defGhost, defRefundOdd, defAddress}
 	out := f.Deliver(f.ticket(t, support, listBody), ResponseHead{ContentType: jsonHead}, listResponse(`"l"`, "", served...))
 	if out.Fail == nil {
@@ -965,12 +975,9 @@ func TestDeliverWithoutStatusFailsClosed(t *testing.T) {
 // Every tool a page delivers is one the agent can call under the snapshot
 // that page is held to, or else it is withheld: the list the agent plans
 // against and the list its calls are held to are one list.
-//
-// BUG: a continued page takes min(previous generation, live generation) as
-// its CatalogGeneration, so a tool redefined between page 1 and page 2 and
-// delivered on page 2 at its new (live) digest is pinned and delivered, yet
-// every call to it is denied schema_drift ("redefined after snapshot ... was
-// minted"), since its live Since is above the snapshot's generation.
+// A tool redefined between page 1 and page 2, and delivered on page 2 at
+// its new digest, is callable: each pin keeps the generation that
+// confirmed it (a snapshot-wide oldest generation refused it).
 func TestDeliverContinuedPageToolIsCallable(t *testing.T) {
 	f := newFixture(t)
 	p1 := f.Deliver(f.ticket(t, support, listBody), okJSON, listResponse(`"l"`, `,"nextCursor":"c2"`, f.liveDef(t, "refund")))

@@ -93,7 +93,7 @@ func TestSequenceRule(t *testing.T) {
 
 func TestNotGrantedListsAllowedTools(t *testing.T) {
 	for _, list := range []bool{true, false} {
-		f := packFixture(t, func(o *Options) { o.ListAllowedTools = list })
+		f := packFixture(t, func(o *Options) { o.Denials.ListAllowedTools = list })
 		f.list(t, readonly, "billing", nil)
 		c := argsCall("refund", `{}`)
 		c.Principal = readonly

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -46,8 +47,8 @@ const (
 	HeaderDrift = "x-capability-drift"
 )
 
-func (d *decision) response(pins *pinHeaders) *authv3.CheckResponse {
-	resp := d.answer(pins)
+func (d *decision) response(pins *pinHeaders, form config.Denials) *authv3.CheckResponse {
+	resp := d.answer(pins, form)
 	// The metadata goes into the message already encoded, as the bytes of
 	// its dynamic_metadata field: protobuf-go takes about 6µs and 15
 	// allocations to marshal a seven-entry Struct (a map of messages),
@@ -147,9 +148,9 @@ type pinHeaders = bounded[pinKey, []*corev3.HeaderValueOption]
 
 const maxPinHeaders = 4096
 
-func (d *decision) answer(pins *pinHeaders) *authv3.CheckResponse {
+func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckResponse {
 	if d.fail != nil {
-		return d.denied()
+		return d.denied(form)
 	}
 	var set, toClient []*corev3.HeaderValueOption
 	switch {
@@ -251,13 +252,70 @@ type errorData struct {
 	SnapshotDigest string `json:"snapshot_digest,omitempty"`
 	LiveDigest     string `json:"live_digest,omitempty"`
 	SnapshotPolicy string `json:"snapshot_policy_digest,omitempty"`
-	// AllowedTools, on tool_not_granted, are the tools this principal may
-	// call on this server.
+	// AllowedTools, on a denial that sends the caller back to planning,
+	// are the tools its snapshot lets it call.
 	AllowedTools []string `json:"allowed_tools,omitempty"`
 }
 
-func (d *decision) denied() *authv3.CheckResponse {
-	body := d.errorJSON()
+// MetaKeyDenial is the _meta member of a tool result that denies a call
+// (denials.call_form: tool_result): errorData, as a JSON-RPC error's data
+// would carry it.
+const MetaKeyDenial = "io.capsnap/denial"
+
+// toolResultBody is a tools/call denial as a tool result: the model reads
+// the text; code reads _meta. resultType is required by 2026-07-28 clients
+// and ignored by earlier ones; there is no structuredContent, which a
+// client would hold to the tool's outputSchema.
+type toolResultBody struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError    bool                 `json:"isError"`
+		ResultType string               `json:"resultType"`
+		Meta       map[string]errorData `json:"_meta"`
+	} `json:"result"`
+}
+
+// nextStep tells a caller, in words a model acts on, what to do after a
+// denial that sends it to ReturnTo.
+var nextStep = map[string]string{
+	deny.ReturnToPlanning:      "List the tools again and plan against what is listed now; do not retry this call as it is.",
+	deny.ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
+	deny.ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
+	deny.ReturnToNone:          "Nothing will make this call valid: do not retry it.",
+}
+
+func (d *decision) toolResultJSON() []byte {
+	var b toolResultBody
+	b.JSONRPC, b.ID = "2.0", d.id
+	data := d.errorData()
+	text := "capsnap denied this call: " + string(data.Reason)
+	if data.Drift {
+		text = "capsnap denied this call: capability_drift " + string(data.Reason)
+	}
+	text += " (" + data.Detail + "). " + nextStep[data.ReturnTo]
+	if len(data.AllowedTools) > 0 {
+		text += " Tools you may call: " + strings.Join(data.AllowedTools, ", ") + "."
+	}
+	b.Result.Content = append(b.Result.Content, struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}{"text", text})
+	b.Result.IsError, b.Result.ResultType = true, "complete"
+	b.Result.Meta = map[string]errorData{MetaKeyDenial: data}
+	body, err := json.Marshal(b)
+	if err != nil {
+		return d.errorJSON() // cannot happen (strings and checked JSON), and would still deny
+	}
+	return body
+}
+
+func (d *decision) denied(form config.Denials) *authv3.CheckResponse {
+	status, body := d.denialBody(form)
 	headers := overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json")
 	if d.fail.Reason.Drift() {
 		headers = overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
@@ -265,10 +323,26 @@ func (d *decision) denied() *authv3.CheckResponse {
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: httpStatus(d.fail.Reason)},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
 			Headers: headers,
 			Body:    string(body),
 		}},
+	}
+}
+
+// denialBody is the HTTP status and body a denial is answered with, in the
+// configured form. A denial whose request id is unknown (the body could
+// not be read) always takes the HTTP error: a 200 that answers id null is
+// one no SDK client can match to its request (Python's waits for ever,
+// Go's drops the session).
+func (d *decision) denialBody(form config.Denials) (int, []byte) {
+	switch {
+	case len(d.id) == 0 || form.Status == config.StatusHTTPError:
+		return int(httpStatus(d.fail.Reason)), d.errorJSON()
+	case d.method == "tools/call" && form.CallForm == config.CallFormToolResult:
+		return 200, d.toolResultJSON()
+	default:
+		return 200, d.errorJSON()
 	}
 }
 
@@ -285,15 +359,7 @@ func (d *decision) errorJSON() []byte {
 	if d.fail.Reason.Drift() {
 		b.Error.Message = "capability_drift: " + string(d.fail.Reason) + "; return to " + d.fail.Reason.ReturnTo()
 	}
-	b.Error.Data = errorData{
-		Reason: d.fail.Reason, Drift: d.fail.Reason.Drift(), ReturnTo: d.fail.Reason.ReturnTo(),
-		Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool,
-		SnapshotDigest: d.digest, LiveDigest: d.liveDigest, SnapshotPolicy: d.policyDigest,
-		AllowedTools: d.allowedTools,
-	}
-	if d.snapshot != nil {
-		b.Error.Data.Epoch = d.snapshot.Epoch
-	}
+	b.Error.Data = d.errorData()
 	body, err := json.Marshal(b)
 	if err != nil {
 		// Every field is a string or already-validated JSON; this cannot
@@ -303,9 +369,24 @@ func (d *decision) errorJSON() []byte {
 	return body
 }
 
-// httpStatus maps a reason to the HTTP status of its denial. Every one is a
-// 4xx that MCP SDK clients read the JSON-RPC body of; a 5xx would be taken
-// as transient and its body dropped.
+// errorData is what a denial tells the caller beyond its code and message.
+func (d *decision) errorData() errorData {
+	data := errorData{
+		Reason: d.fail.Reason, Drift: d.fail.Reason.Drift(), ReturnTo: d.fail.Reason.ReturnTo(),
+		Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool,
+		SnapshotDigest: d.digest, LiveDigest: d.liveDigest, SnapshotPolicy: d.policyDigest,
+		AllowedTools: d.allowedTools,
+	}
+	if d.snapshot != nil {
+		data.Epoch = d.snapshot.Epoch
+	}
+	return data
+}
+
+// httpStatus maps a reason to the HTTP status of its denial under
+// denials.status http_error (or when the request's id is unknown). Every
+// one is a 4xx whose JSON-RPC body the Go and Python SDK clients read; a
+// 5xx would be taken as transient and its body dropped.
 func httpStatus(r deny.Reason) typev3.StatusCode {
 	switch r {
 	case deny.MalformedRequest, deny.HeaderMismatch:

@@ -42,9 +42,10 @@ type Options struct {
 	Servers []string
 	// Rules are the policy (and lockfile) in force at start.
 	Rules *Rules
-	// ListAllowedTools makes a tool_not_granted denial list the tools the
-	// principal may call on the server.
-	ListAllowedTools bool
+	// Denials says how a denial is answered and whether it lists the tools
+	// the caller's snapshot lets it call; the zero value answers with
+	// config.StatusOK and config.CallFormError.
+	Denials config.Denials
 	// Snapshots stores the snapshots minted at tools/list.
 	Snapshots cache.Store
 	// SnapshotTTL is how long a minted snapshot is valid.
@@ -76,11 +77,11 @@ type Options struct {
 // Server implements authv3.AuthorizationServer.
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
-	catalog   Catalog
-	servers   map[string]bool
-	rules     atomic.Pointer[Rules]
-	listTools bool
-	schemas   schemas
+	catalog Catalog
+	servers map[string]bool
+	rules   atomic.Pointer[Rules]
+	denials config.Denials
+	schemas schemas
 	// pinHeaders are the shared headers of allowed calls (response.go).
 	pinHeaders pinHeaders
 	snapshots  cache.Store
@@ -111,7 +112,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{
 		catalog:   o.Catalog,
-		listTools: o.ListAllowedTools,
+		denials:   o.Denials,
 		snapshots: o.Snapshots,
 		ttl:       o.SnapshotTTL,
 		freshness: o.Freshness,
@@ -193,7 +194,7 @@ func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.Che
 	d.fail = s.evaluate(req, d)
 	elapsed := s.now().Sub(start)
 	s.record(d, elapsed)
-	return d.response(&s.pinHeaders), nil
+	return d.response(&s.pinHeaders, s.denials), nil
 }
 
 // decision collects what evaluate learned, for the response, the audit line
@@ -257,6 +258,9 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	case "POST":
 		r, err := s.parse(httpReq)
 		if err != nil {
+			if r != nil && len(r.Messages) == 1 {
+				d.method, d.id = r.Messages[0].Method, r.Messages[0].ID
+			}
 			return err
 		}
 		d.version, d.session, msgs = r.Version, r.Session, r.Messages
@@ -319,10 +323,12 @@ func (s *Server) parse(h *authv3.AttributeContext_HttpRequest) (*mcpparse.Reques
 	}
 	r, err := mcpparse.Parse(body, h.GetHeaders(), s.limits)
 	if err != nil {
+		// r, if any, is the body read before the headers disagreed with
+		// it: its id is what the denial answers.
 		if de, ok := deny.As(err); ok {
-			return nil, de
+			return r, de
 		}
-		return nil, deny.Errorf(deny.MalformedRequest, "%v", err)
+		return r, deny.Errorf(deny.MalformedRequest, "%v", err)
 	}
 	return r, nil
 }
@@ -515,6 +521,9 @@ func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
 	snap, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
 	s.metrics.lookedUp(ok)
 	if !ok {
+		if _, elsewhere := s.snapshots.LatestInAnySession(d.principal, d.serverID); elsewhere {
+			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this session on server %q (this principal holds snapshots in other sessions); list tools in this session first", d.serverID)
+		}
 		return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this principal on server %q; list tools first", d.serverID)
 	}
 	return snap, nil
@@ -555,7 +564,7 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 // authorized against, never what the policy might grant in another
 // session.
 func (s *Server) allowedBy(snap *cache.Snapshot) []string {
-	if !s.listTools {
+	if !s.denials.ListAllowedTools {
 		return nil
 	}
 	out := make([]string, len(snap.Pins))

@@ -17,6 +17,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -131,20 +132,20 @@ func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	principal.Source = config.SourceMTLS
 	var n int
 	o := Options{
-		Catalog:          cat,
-		Servers:          []string{"billing", "payments", "files"},
-		Rules:            rules,
-		ListAllowedTools: true,
-		Snapshots:        store,
-		SnapshotTTL:      5 * time.Minute,
-		Freshness:        config.Catalog{MaxAge: 2 * time.Minute},
-		Principal:        principal,
-		Limits:           mcpparse.DefaultLimits,
-		Audit:            zerolog.New(f.audit),
-		Metrics:          NewMetrics(f.reg),
-		Now:              f.clock.now,
-		NewEpoch:         func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
-		ListingKey:       []byte("fixture listing key"),
+		Catalog:     cat,
+		Servers:     []string{"billing", "payments", "files"},
+		Rules:       rules,
+		Denials:     config.Default().Denials,
+		Snapshots:   store,
+		SnapshotTTL: 5 * time.Minute,
+		Freshness:   config.Catalog{MaxAge: 2 * time.Minute},
+		Principal:   principal,
+		Limits:      mcpparse.DefaultLimits,
+		Audit:       zerolog.New(f.audit),
+		Metrics:     NewMetrics(f.reg),
+		Now:         f.clock.now,
+		NewEpoch:    func() string { n++; return fmt.Sprintf("ep_test_%d", n) },
+		ListingKey:  []byte("fixture listing key"),
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -645,6 +646,139 @@ func TestDeniedBodyIsJSONRPCError(t *testing.T) {
 		if msg.JSONRPC != "2.0" || string(msg.ID) != tc.id || msg.Error.Code != CodeDenied || msg.Error.Data.Reason != tc.reason {
 			t.Errorf("%s: got %s", tc.body, denied.Body)
 		}
+	}
+}
+
+// Each denial form answers with the status and body its SDK table in the
+// README promises: a 200 with the JSON-RPC error by default, the 4xx under
+// http_error, a tool result for a denied call under tool_result; a request
+// whose id is unknown always gets the 4xx, never a 200 for id null.
+func TestDenialForms(t *testing.T) {
+	const (
+		call      = `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"wipe","arguments":{}}}`
+		list      = `{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{}}`
+		malformed = `{"jsonrpc":"2.0","id":11,"id":12,"method":"tools/call"}`
+	)
+	tests := []struct {
+		name, status, form, body string
+		server                   string
+		wantStatus               typev3.StatusCode
+		wantResult               bool
+		wantID                   string
+		reason                   deny.Reason
+	}{
+		{"default call", config.StatusOK, config.CallFormError, call, "", typev3.StatusCode_OK, false, "9", deny.NoSnapshot},
+		{"default list", config.StatusOK, config.CallFormError, list, "nowhere", typev3.StatusCode_OK, false, "10", deny.UnknownServer},
+		{"default malformed", config.StatusOK, config.CallFormError, malformed, "", typev3.StatusCode_BadRequest, false, "null", deny.MalformedRequest},
+		{"http_error call", config.StatusHTTPError, config.CallFormError, call, "", typev3.StatusCode_Forbidden, false, "9", deny.NoSnapshot},
+		{"http_error list", config.StatusHTTPError, config.CallFormError, list, "nowhere", typev3.StatusCode_Forbidden, false, "10", deny.UnknownServer},
+		{"tool_result call", config.StatusOK, config.CallFormToolResult, call, "", typev3.StatusCode_OK, true, "9", deny.NoSnapshot},
+		{"tool_result list stays an error", config.StatusOK, config.CallFormToolResult, list, "nowhere", typev3.StatusCode_OK, false, "10", deny.UnknownServer},
+		{"tool_result malformed stays an error", config.StatusOK, config.CallFormToolResult, malformed, "", typev3.StatusCode_BadRequest, false, "null", deny.MalformedRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.Denials.Status, o.Denials.CallForm = tt.status, tt.form })
+			resp, err := f.Check(t.Context(), checkCase{Principal: support, ServerID: tt.server, Body: tt.body}.request())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := onTheWire(t, resp).GetDeniedResponse()
+			if d == nil {
+				t.Fatal("allowed")
+			}
+			if d.GetStatus().GetCode() != tt.wantStatus {
+				t.Errorf("status %v, want %v", d.GetStatus().GetCode(), tt.wantStatus)
+			}
+			reason := ""
+			for _, h := range d.GetHeaders() {
+				if h.GetHeader().GetKey() == HeaderReason {
+					reason = h.GetHeader().GetValue()
+				}
+			}
+			if reason != string(tt.reason) {
+				t.Errorf("x-capsnap-reason %q, want %q", reason, tt.reason)
+			}
+			var msg struct {
+				ID     json.RawMessage `json:"id"`
+				Error  *struct{ Data errorData }
+				Result *struct {
+					Content []struct{ Type, Text string }
+					IsError bool                 `json:"isError"`
+					Meta    map[string]errorData `json:"_meta"`
+				}
+			}
+			if err := json.Unmarshal([]byte(d.GetBody()), &msg); err != nil {
+				t.Fatalf("body %q: %v", d.GetBody(), err)
+			}
+			if string(msg.ID) != tt.wantID {
+				t.Errorf("id %s, want %s", msg.ID, tt.wantID)
+			}
+			switch {
+			case tt.wantResult && (msg.Result == nil || msg.Error != nil):
+				t.Fatalf("want a tool result, got %s", d.GetBody())
+			case tt.wantResult:
+				r := msg.Result
+				if !r.IsError || len(r.Content) != 1 || r.Content[0].Type != "text" || !strings.Contains(r.Content[0].Text, string(tt.reason)) ||
+					r.Meta[MetaKeyDenial].Reason != tt.reason || r.Meta[MetaKeyDenial].ReturnTo != tt.reason.ReturnTo() {
+					t.Errorf("tool result %s", d.GetBody())
+				}
+			case msg.Error == nil || msg.Result != nil || msg.Error.Data.Reason != tt.reason:
+				t.Errorf("want a JSON-RPC error with reason %s, got %s", tt.reason, d.GetBody())
+			}
+		})
+	}
+}
+
+// The tool-result form of a drift denial, byte for byte: what a model reads.
+func TestToolResultGolden(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Denials.CallForm = config.CallFormToolResult })
+	f.list(t, support, "billing", nil)
+	f.billing.push(t, "testdata/catalog-skip-fraud.json", nil)
+	resp, err := f.Check(t.Context(), checkCase{Principal: support, Body: callBody("refund")}.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []byte(onTheWire(t, resp).GetDeniedResponse().GetBody() + "\n")
+	golden := filepath.Join("testdata", "golden", "form_tool_result_drift.json")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("tool result differs from %s:\ngot  %s\nwant %s", golden, got, want)
+	}
+}
+
+// A no_snapshot denial says what is true: the session has none while the
+// principal holds some in another, or the principal has none at all.
+func TestNoSnapshotDetail(t *testing.T) {
+	f := newFixture(t)
+	session := func(id string) map[string]string {
+		return map[string]string{"mcp-session-id": id, "mcp-protocol-version": "2025-11-25"}
+	}
+	f.list(t, support, "billing", session("session-a"))
+	for _, tt := range []struct {
+		name, principal, session, want string
+	}{
+		{"listed session", support, "session-a", ""},
+		{"another session", support, "session-b", "no snapshot for this session on server \"billing\" (this principal holds snapshots in other sessions)"},
+		{"another principal", auditor, "session-a", "no snapshot for this principal on server \"billing\""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := f.call(t, checkCase{Principal: tt.principal, Headers: session(tt.session), Body: callBody("lookup_order")})
+			switch {
+			case tt.want == "" && got.reason != "":
+				t.Fatalf("denied %s: %s", got.reason, got.data.Detail)
+			case tt.want != "" && (got.reason != deny.NoSnapshot || !strings.HasPrefix(got.data.Detail, tt.want)):
+				t.Fatalf("%s: %q, want no_snapshot %q", got.reason, got.data.Detail, tt.want)
+			}
+		})
 	}
 }
 

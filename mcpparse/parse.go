@@ -150,7 +150,9 @@ func (l Limits) orDefault() Limits {
 // UnsupportedEncoding for a compressed body, UnsupportedMediaType for a body
 // not declared as JSON, HeaderMismatch for an MCP header that is malformed,
 // names an unknown version or disagrees with the body, and MalformedRequest
-// for everything else.
+// for everything else. When the body was read but disagrees with the
+// headers (or batches where its version may not), the Request is returned
+// with the error, so that a denial can answer the request's id.
 func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error) {
 	lim = lim.orDefault()
 	if err := checkEntityHeaders(headers, len(body)); err != nil {
@@ -199,13 +201,13 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 	// another one is read under different rules by whoever trusts it.
 	switch {
 	case headerVer != "" && bodyVer != "" && headerVer != bodyVer:
-		return nil, deny.Errorf(deny.HeaderMismatch, "mcp-protocol-version header %q disagrees with the body's protocol version %q", headerVer, bodyVer)
+		return r, deny.Errorf(deny.HeaderMismatch, "mcp-protocol-version header %q disagrees with the body's protocol version %q", headerVer, bodyVer)
 	case headerVer != "":
 		r.Version = headerVer
 	case bodyVer == V20260728:
 		// The Go SDK server refuses such a request too; requiring the header
 		// keeps every 2026-07-28 request on the header-checked path.
-		return nil, deny.Errorf(deny.HeaderMismatch, "the body names protocol version %s, which requires the mcp-protocol-version header", V20260728)
+		return r, deny.Errorf(deny.HeaderMismatch, "the body names protocol version %s, which requires the mcp-protocol-version header", V20260728)
 	case bodyVer != "":
 		r.Version = bodyVer
 	default:
@@ -215,13 +217,13 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 	// batch anyway reads a shape its version does not define: all of it,
 	// its first element, or nothing.
 	if r.Batch && r.Version != V20250326 {
-		return nil, deny.Errorf(deny.MalformedRequest, "JSON-RPC batches are allowed only in protocol version %s, not %s", V20250326, r.Version)
+		return r, deny.Errorf(deny.MalformedRequest, "JSON-RPC batches are allowed only in protocol version %s, not %s", V20250326, r.Version)
 	}
 	if hasSession && r.Version == V20260728 {
-		return nil, deny.Errorf(deny.HeaderMismatch, "protocol version %s is stateless: mcp-session-id must not be sent", V20260728)
+		return r, deny.Errorf(deny.HeaderMismatch, "protocol version %s is stateless: mcp-session-id must not be sent", V20260728)
 	}
 	if err := checkMirrorHeaders(r, headers); err != nil {
-		return nil, err
+		return r, err
 	}
 	return r, nil
 }

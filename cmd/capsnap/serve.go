@@ -117,7 +117,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		Catalog:          cat,
 		Servers:          cat.Servers(),
 		Rules:            rules,
-		ListAllowedTools: cfg.Denials.ListAllowedTools,
+		Denials:          cfg.Denials,
 		Snapshots:        store,
 		SnapshotTTL:      cfg.Snapshots.TTL,
 		Bind:             cfg.Discovery.Bind,

@@ -195,12 +195,13 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		return
 	}
 	var data struct {
-		Reason         string `json:"reason"`
-		Drift          bool   `json:"capability_drift"`
-		ReturnTo       string `json:"return_to"`
-		Detail         string `json:"detail"`
-		SnapshotDigest string `json:"snapshot_digest"`
-		LiveDigest     string `json:"live_digest"`
+		Reason         string   `json:"reason"`
+		Drift          bool     `json:"capability_drift"`
+		ReturnTo       string   `json:"return_to"`
+		Detail         string   `json:"detail"`
+		SnapshotDigest string   `json:"snapshot_digest"`
+		LiveDigest     string   `json:"live_digest"`
+		AllowedTools   []string `json:"allowed_tools"`
 	}
 	_ = json.Unmarshal(werr.Data, &data)
 	kind := ""
@@ -208,6 +209,13 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		kind = "capability_drift "
 	}
 	fmt.Printf("  DENY   tools/call %s: %s%s, return to %s\n         %s\n", tool, kind, data.Reason, data.ReturnTo, data.Detail)
+	// What the agent's code holds: the SDK's own JSON-RPC error, with
+	// capsnap's code, message and data, and a session that still works.
+	fmt.Printf("         the agent's SDK returns: JSON-RPC error %d %q, data.reason %q, data.return_to %q", werr.Code, werr.Message, data.Reason, data.ReturnTo)
+	if len(data.AllowedTools) > 0 {
+		fmt.Printf(", data.allowed_tools %v", data.AllowedTools)
+	}
+	fmt.Println()
 }
 
 func rawPost(ctx context.Context, s *testbed.Stack, body string) {
