@@ -67,6 +67,9 @@ type StackOptions struct {
 	// ServerArgs are passed to both server processes after -addr and
 	// -variant, e.g. testbed/cmd/mcpfixture's -mode.
 	ServerArgs []string
+	// Denials, if set, is capsnap's denials section as a YAML flow
+	// mapping, e.g. "{status: http_error}"; empty takes the defaults.
+	Denials string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -174,9 +177,14 @@ func (s *Stack) capsnapConfig() string {
 	if s.opts.Principal != "" {
 		principal = "principal: " + s.opts.Principal
 	}
+	denials := ""
+	if s.opts.Denials != "" {
+		denials = "denials: " + s.opts.Denials
+	}
 	return fmt.Sprintf(`grpc_addr: %s
 admin_addr: %s
 policy_file: policy.yaml
+%s
 %s
 servers:
   - id: billing
@@ -188,7 +196,7 @@ servers:
 snapshots: {ttl: %s}
 catalog: {max_age: 10s, allow_stale_reads: %t}
 log: {level: info, format: json}
-`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), principal, s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
+`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), principal, denials, s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
 }
 
 // StartCapsnap (re)starts capsnap and waits until its catalog is ready.
