@@ -126,8 +126,8 @@ type Withheld struct {
 }
 
 // Deliver is the authorize boundary on the response path. It reads the
-// tools/list response the server sent (contentType and body, as Envoy's
-// ext_proc filter buffers it) for the listing its ticket names, mints a
+// tools/list response the server sent (its head and whole body, as
+// Envoy's ext_proc filter buffers it) for the listing its ticket names, mints a
 // snapshot over exactly the delivered tools that the policy grants, the
 // lockfile approves and capsnap's live view confirms at the same digest,
 // and returns the response rewritten to exactly those: the list the agent
