@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/config"
 )
 
 // The hot path: one Check of an allowed tools/call under the seed's policy
@@ -66,7 +67,9 @@ func BenchmarkMint(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(store.Close)
-	f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots = store })
+	// The mint at the request (discovery.bind catalog); a mint on the
+	// response path is BenchmarkDeliver225.
+	f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots, o.Bind = store, config.BindCatalog })
 	req := checkCase{Principal: support, Body: listBody}.request()
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -85,7 +88,10 @@ func BenchmarkCheckCatalogSize(b *testing.B) {
 	seed := readTools(b, "testdata/pack/catalog.json")
 	for _, n := range []int{10, 225, 100_000} {
 		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
-			f := packFixture(b, discardAudit)
+			// Minted from the catalog: a 100,000-tool list is over any
+			// response a server would deliver, and the call is what is
+			// measured.
+			f := packFixture(b, discardAudit, func(o *Options) { o.Bind = config.BindCatalog })
 			tools := append([]json.RawMessage(nil), seed...)
 			for i := len(tools); i < n; i++ {
 				tools = append(tools, json.RawMessage(fmt.Sprintf(`{"name":"filler_%06d","description":"One of many.","inputSchema":{"type":"object","properties":{"id":{"type":"string"}}}}`, i)))
@@ -119,7 +125,8 @@ func BenchmarkSnapshotsLive(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(store.Close)
-			f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots = store })
+			// Minted at the request (discovery.bind catalog), n at a time.
+			f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots, o.Bind = store, config.BindCatalog })
 			ctx := context.Background()
 			epochs := make([]string, n)
 			for i := range epochs {
