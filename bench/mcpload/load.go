@@ -132,6 +132,7 @@ type Result struct {
 	RPS     float64       `json:"rps"`
 	Mean    time.Duration `json:"mean_ns"`
 	P50     time.Duration `json:"p50_ns"`
+	P90     time.Duration `json:"p90_ns"`
 	P99     time.Duration `json:"p99_ns"`
 	Max     time.Duration `json:"max_ns"`
 }
@@ -155,7 +156,7 @@ func Summarize(samples ...Sample) Result {
 		sum += d
 	}
 	res.Mean = sum / time.Duration(len(all))
-	res.P50, res.P99, res.Max = Percentile(all, 50), Percentile(all, 99), all[len(all)-1]
+	res.P50, res.P90, res.P99, res.Max = Percentile(all, 50), Percentile(all, 90), Percentile(all, 99), all[len(all)-1]
 	res.RPS = float64(len(all)) / res.Elapsed.Seconds()
 	return res
 }

@@ -52,7 +52,7 @@ func TestSummarize(t *testing.T) {
 	a := Sample{Latencies: []time.Duration{3, 1, 2}, Elapsed: time.Second}
 	b := Sample{Latencies: []time.Duration{4}, Elapsed: time.Second}
 	r := Summarize(a, b)
-	if r.Calls != 4 || r.RPS != 2 || r.P50 != 2 || r.Max != 4 || r.Mean != 2 || r.Elapsed != 2*time.Second {
+	if r.Calls != 4 || r.RPS != 2 || r.P50 != 2 || r.P90 != 4 || r.Max != 4 || r.Mean != 2 || r.Elapsed != 2*time.Second {
 		t.Fatalf("got %+v", r)
 	}
 	if z := Summarize(); z.Calls != 0 || z.RPS != 0 {

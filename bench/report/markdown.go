@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/mcpload"
 )
 
 // Markdown renders BENCHMARKS.md. svgPath is the latency chart's path
@@ -14,7 +15,7 @@ import (
 func Markdown(r *Results, svgPath string) []byte {
 	var b strings.Builder
 	sections := []func(*strings.Builder, *Results){
-		header, machine, targets, grpcSection(svgPath), envoySection, scaleSection, hotPathSection, invalidationSection, missedSection, methodSection,
+		header, machine, targets, grpcSection(svgPath), envoySection, deliverySection, scaleSection, hotPathSection, invalidationSection, missedSection, methodSection,
 	}
 	for i, s := range sections {
 		if i > 0 {
@@ -150,6 +151,52 @@ func envoySection(b *strings.Builder, r *Results) {
 	table(b, []string{"mode", "calls/s", "p50", "p99", "mean", "max", "added p50", "added p99", "calls"}, rows)
 }
 
+func deliverySection(b *strings.Builder, r *Results) {
+	d := r.Delivery
+	fmt.Fprintf(b, "## tools/list through the response path\n\n")
+	if !d.Ran() {
+		fmt.Fprintf(b, "Not run.\n")
+		return
+	}
+	fmt.Fprintf(b, "One principal (`%s`) lists the tools of a server that offers %d (`testbed/cmd/mcpfixture -mode json,tools=%d`: generated definitions, a description and 2 to 4 typed properties each), under a policy that classifies all %d and grants it %d. "+
+		"Two Envoys run `envoy/demo.yaml`, identical but for the response path: one with its `capsnap.ext_proc` filter, beside a capsnap that binds snapshots to what is delivered (`discovery.bind: delivered`, the default) and rewrites the list to the granted tools; "+
+		"one without that filter, beside a capsnap with `discovery: {bind: catalog}`, which mints at the request from its own view and lets the server's whole list through. "+
+		"Each listing is one stateless MCP 2026-07-28 `tools/list`; every one must come back 200 with an `x-capsnap-epoch` and exactly %d tools with the response path, %d without, or the benchmark fails.\n\n",
+		d.Principal, d.CatalogTools, d.CatalogTools, d.CatalogTools, d.GrantedTools, d.GrantedTools, d.CatalogTools)
+
+	fmt.Fprintf(b, "### What the agent is delivered\n\n")
+	table(b, []string{"one tools/list", "tools", "body bytes", "≈ tokens (bytes ÷ 4)"}, [][]string{
+		{"without the response path", fmt.Sprint(d.CatalogTools), thousands(d.UnfilteredBytes), thousands(d.UnfilteredBytes / 4)},
+		{"with the response path", fmt.Sprint(d.GrantedTools), thousands(d.FilteredBytes), thousands(d.FilteredBytes / 4)},
+	})
+	if d.FilteredBytes > 0 && d.UnfilteredBytes > 0 {
+		fmt.Fprintf(b, "\nWith the response path the agent is delivered %.1f%% of the bytes: %.1f× fewer, %s bytes (≈ %s tokens) less on every listing. ",
+			100*float64(d.FilteredBytes)/float64(d.UnfilteredBytes), float64(d.UnfilteredBytes)/float64(d.FilteredBytes),
+			thousands(d.UnfilteredBytes-d.FilteredBytes), thousands((d.UnfilteredBytes-d.FilteredBytes)/4))
+	}
+	fmt.Fprintf(b, "Tokens are estimated as bytes ÷ 4, a rule of thumb for English and JSON, not a tokenizer's count. The server's own response, straight from it, is %s bytes.\n\n", thousands(d.UpstreamBytes))
+
+	fmt.Fprintf(b, "### What it costs\n\n")
+	fmt.Fprintf(b, "%d workers list concurrently, each on its own connection; after %d discarded listings per Envoy, the two take turns A B B A, each turn %d listings or %v, whichever comes first. Added latency is over the Envoy without the response path.\n\n",
+		d.Workers, d.Warmup, d.Listings/2, d.Turn)
+	var rows [][]string
+	for _, m := range []struct {
+		name string
+		res  mcpload.Result
+		with bool
+	}{{"without the response path", d.Without, false}, {"with the response path", d.With, true}} {
+		added50, added99 := "–", "–"
+		if m.with {
+			added50, added99 = signed(d.With.P50-d.Without.P50), signed(d.With.P99-d.Without.P99)
+		}
+		rows = append(rows, []string{m.name, fmt.Sprint(m.res.Calls), fmt.Sprintf("%.0f", m.res.RPS), Dur(m.res.P50), Dur(m.res.P90), Dur(m.res.P99),
+			Dur(m.res.Mean), Dur(m.res.Max), added50, added99})
+	}
+	table(b, []string{"Envoy", "listings", "listings/s", "p50", "p90", "p99", "mean", "max", "added p50", "added p99"}, rows)
+	t := DeliveryTarget(d)
+	fmt.Fprintf(b, "\nIssue 17's target, for information (it is not among the targets above): %s %s. This run: %s, **%s**.\n", t.Name, t.Threshold, t.Measured, t.Status)
+}
+
 func scaleSection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Scale (Go benchmarks, `extauthz`)\n\n")
 	fmt.Fprintf(b, "### Catalog size: the allowed Check against catalogs of n tools\n\n")
@@ -260,6 +307,7 @@ func methodSection(b *strings.Builder, r *Results) {
 		"Server CPU time is utime + stime from `/proc/PID/stat` over the measured turns, divided by their requests; it is good to a clock tick (10 ms) per turn, a few percent at worst here. Memory is VmRSS and VmHWM from `/proc/PID/status` after the last turn.",
 		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
 		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take turns A B C C B A, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, m.EnvoyRun/2, m.EnvoyPerWorker/2),
+		fmt.Sprintf("**tools/list through the response path.** `testbed/cmd/mcpfixture` serves %d generated tools as JSON (not SSE); a policy generated from its list classifies every one and grants one principal %d, spread over the list. Two capsnaps run that policy with the development header principal, one with `discovery.bind: delivered` (the default) and one with `bind: catalog`; two Envoys run `envoy/demo.yaml`, the second without its `capsnap.ext_proc` filter and otherwise the same. The harness posts raw stateless MCP 2026-07-28 `tools/list` requests (`MCP-Protocol-Version` and `Mcp-Method` headers) from %d workers on their own kept-alive connections, and times each from sending it to reading its whole body. Every listing must be HTTP 200 with an `x-capsnap-epoch` header and exactly the expected tool names, and neither capsnap's `capsnap_decisions_total` may count a denial during the turns, or the benchmark fails.", r.Delivery.CatalogTools, r.Delivery.GrantedTools, r.Delivery.Workers),
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one. A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
 		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while ghz loads them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
@@ -318,6 +366,20 @@ func signed(d time.Duration) string {
 		return "−" + Dur(-d)
 	}
 	return "+" + Dur(d)
+}
+
+// thousands is n with a comma every three digits.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "−" + s
+	}
+	return s
 }
 
 func ints(xs []int) string {

@@ -137,3 +137,59 @@ func TestDur(t *testing.T) {
 		}
 	}
 }
+
+// delivery is a response-path run: 12 of 225 tools delivered, the list
+// 18 times smaller, 0.6 ms added at p50.
+func delivery() Delivery {
+	return Delivery{
+		Principal: "spiffe://acme/role/support", CatalogTools: 225, GrantedTools: 12,
+		FilteredBytes: 4366, UnfilteredBytes: 79445, UpstreamBytes: 79445,
+		Workers: 2, Warmup: 200, Listings: 2000, Turn: 15 * time.Second,
+		Without: mcpload.Result{Calls: 2000, RPS: 200, P50: 4 * time.Millisecond, P90: 6 * time.Millisecond, P99: 9 * time.Millisecond},
+		With:    mcpload.Result{Calls: 1990, RPS: 150, P50: 4600 * time.Microsecond, P90: 7 * time.Millisecond, P99: 12 * time.Millisecond},
+	}
+}
+
+func TestDeliverySection(t *testing.T) {
+	r := sample()
+	r.Delivery = delivery()
+	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	for _, want := range []string{
+		"## tools/list through the response path",
+		"`testbed/cmd/mcpfixture -mode json,tools=225`", "grants it 12", "`discovery: {bind: catalog}`",
+		"| without the response path | 225 | 79,445 | 19,861 |",
+		"| with the response path | 12 | 4,366 | 1,091 |",
+		"5.5% of the bytes: 18.2× fewer, 75,079 bytes (≈ 18,769 tokens) less",
+		"bytes ÷ 4",
+		"2 workers", "200 discarded listings", "1000 listings or 15s",
+		"| without the response path | 2000 | 200 | 4.00 ms | 6.00 ms | 9.00 ms |",
+		"| with the response path | 1990 | 150 | 4.60 ms | 7.00 ms | 12.0 ms |",
+		"| +600 µs | +3.00 ms |",
+		"≤ 1.00 ms. This run: +600 µs (p50 4.60 ms with, 4.00 ms without), **MET**.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
+		}
+	}
+	// Informational: not among issue 7's targets.
+	if n := len(Evaluate(r)); n != 7 {
+		t.Errorf("%d targets", n)
+	}
+	if md := string(Markdown(sample(), "x.svg")); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
+		t.Error("a run without the delivery step does not say so")
+	}
+}
+
+func TestDeliveryTarget(t *testing.T) {
+	d := delivery()
+	if tg := DeliveryTarget(d); tg.Status != Met || !strings.Contains(tg.Name, "225-tool catalog") {
+		t.Errorf("%+v", tg)
+	}
+	d.With.P50 = d.Without.P50 + MaxAddedListingP50 + time.Microsecond
+	if tg := DeliveryTarget(d); tg.Status != Missed || !strings.HasPrefix(tg.Measured, "+1.00 ms") {
+		t.Errorf("%+v", tg)
+	}
+	if tg := DeliveryTarget(Delivery{}); tg.Status != NotRun {
+		t.Errorf("%+v", tg)
+	}
+}

@@ -44,7 +44,10 @@ type Results struct {
 	Scale        []gobench.Result `json:"scale"`
 	HotPath      []gobench.Result `json:"hot_path"`
 	Invalidation Invalidation     `json:"invalidation"`
-	Targets      []Target         `json:"targets"`
+	// Delivery is tools/list through the response path, against the
+	// same Envoy without it.
+	Delivery Delivery `json:"delivery"`
+	Targets  []Target `json:"targets"`
 	// LiveProfile is capsnap's and the floor's CPU profiles under load,
 	// and CPUBreakdown their CPU per Check by part, from those profiles.
 	LiveProfile  *Profile  `json:"live_profile,omitempty"`
@@ -151,3 +154,36 @@ func (r *Results) Mode(mode string) (EnvoyRun, bool) {
 	}
 	return EnvoyRun{}, false
 }
+
+// Delivery is what an agent's tools/list costs and delivers through
+// capsnap's response path (the capsnap.ext_proc filter, which rewrites the
+// list to the tools the policy grants), against the same Envoy without
+// that filter, where capsnap binds to its catalog and the whole list
+// passes (issue 17).
+type Delivery struct {
+	// Principal lists tools from a catalog of CatalogTools, of which the
+	// policy grants it GrantedTools.
+	Principal    string `json:"principal"`
+	CatalogTools int    `json:"catalog_tools"`
+	GrantedTools int    `json:"granted_tools"`
+	// FilteredBytes and UnfilteredBytes are the body of one tools/list
+	// response as the agent got it, through Envoy with the response path
+	// and without it; UpstreamBytes the server's own, straight from it.
+	FilteredBytes   int `json:"filtered_bytes"`
+	UnfilteredBytes int `json:"unfiltered_bytes"`
+	UpstreamBytes   int `json:"upstream_bytes"`
+	// Workers list concurrently, each on its connection. Warmup listings
+	// a mode are discarded; then the modes take turns A B B A, each turn
+	// Listings/2 listings or Turn, whichever comes first.
+	Workers  int           `json:"workers"`
+	Warmup   int           `json:"warmup_listings"`
+	Listings int           `json:"listings_per_mode"`
+	Turn     time.Duration `json:"turn_ns"`
+	// With is the listings through the response path, Without those
+	// through the same Envoy without it.
+	With    mcpload.Result `json:"with_response_path"`
+	Without mcpload.Result `json:"without_response_path"`
+}
+
+// Ran is whether the delivery step measured anything.
+func (d Delivery) Ran() bool { return d.With.Calls > 0 && d.Without.Calls > 0 }

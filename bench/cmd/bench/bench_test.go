@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capsnap/capsnap/envoy"
+	"github.com/capsnap/capsnap/policy"
 )
 
 func TestWithoutExtAuthz(t *testing.T) {
@@ -25,6 +28,54 @@ func TestWithoutExtAuthz(t *testing.T) {
 	}
 	if _, err := withoutExtAuthz(out); err == nil {
 		t.Fatal("removed an ext_authz filter from a configuration without one")
+	}
+}
+
+func TestWithoutExtProc(t *testing.T) {
+	out, err := withoutExtProc(envoy.Demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	if strings.Contains(s, extProcFilter) || strings.Contains(s, "ExternalProcessor") {
+		t.Fatalf("the response path is still there:\n%s", s)
+	}
+	for _, keep := range []string{extAuthzFilter, "envoy.filters.http.router", "context_extensions: {server_id: billing}", "cluster: billing"} {
+		if !strings.Contains(s, keep) {
+			t.Errorf("lost %q", keep)
+		}
+	}
+	if _, err := withoutExtProc(out); err == nil {
+		t.Fatal("removed an ext_proc filter from a configuration without one")
+	}
+}
+
+// The delivery case's policy classifies every tool and grants the role
+// exactly deliveryGranted of them, the first and the last among them.
+func TestDeliveryPolicy(t *testing.T) {
+	var tools []string
+	for i := range deliveryCatalog {
+		tools = append(tools, fmt.Sprintf("tool_%03d", i+1))
+	}
+	b, granted := deliveryPolicy(tools)
+	if len(granted) != deliveryGranted || !slices.IsSorted(granted) || granted[0] != "tool_001" || granted[len(granted)-1] != "tool_225" {
+		t.Fatalf("granted %v", granted)
+	}
+	p, err := policy.Parse(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if got := p.Allowed(deliveryRole, "billing"); !slices.Equal(got, granted) {
+		t.Fatalf("the policy allows %v, want %v", got, granted)
+	}
+	for _, tool := range tools {
+		_, err := p.Decide(deliveryRole, "billing", tool)
+		if slices.Contains(granted, tool) != (err == nil) {
+			t.Errorf("%s: %v", tool, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "not granted") {
+			t.Errorf("%s is not classified: %v", tool, err)
+		}
 	}
 }
 

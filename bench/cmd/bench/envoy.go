@@ -144,22 +144,34 @@ func reversed(s []string) []string {
 // startEnvoy runs Envoy in front of billing, its ext_authz filter pointed
 // at authz (none if ""), and returns it with its route to billing.
 func (h *harness) startEnvoy(ctx context.Context, mode, billingURL, authz string) (*server, string, error) {
+	var edit func([]byte) ([]byte, error)
+	if authz == "" {
+		edit = withoutExtAuthz
+	}
+	name := map[string]string{report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap"}[mode]
+	return h.startEnvoyNamed(ctx, name, billingURL, authz, edit)
+}
+
+// startEnvoyNamed runs Envoy as name on envoy/demo.yaml in front of
+// billing, its ext_authz and ext_proc filters pointed at authz, the
+// configuration changed by edit if it is not nil, and returns it with its
+// route to billing.
+func (h *harness) startEnvoyNamed(ctx context.Context, name, billingURL, authz string, edit func([]byte) ([]byte, error)) (*server, string, error) {
 	ports, err := envoyPorts(billingURL, authz)
 	if err != nil {
 		return nil, "", err
 	}
 	cfg := testbed.EnvoyConfig(ports)
-	if authz == "" {
-		if cfg, err = withoutExtAuthz(cfg); err != nil {
+	if edit != nil {
+		if cfg, err = edit(cfg); err != nil {
 			return nil, "", err
 		}
 	}
-	name := map[string]string{report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap"}[mode]
 	path := filepath.Join(h.work, name+".yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return nil, "", err
 	}
-	// Without hot restart there is no shared memory: three Envoys run
+	// Without hot restart there is no shared memory: several Envoys run
 	// side by side.
 	envoy, err := h.start(name, h.envoy, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
 	if err != nil {
@@ -201,13 +213,25 @@ func envoyPorts(billingURL, authz string) (testbed.Ports, error) {
 	return p, nil
 }
 
-// extAuthzFilter is the filter's name in envoy/demo.yaml.
-const extAuthzFilter = "envoy.filters.http.ext_authz"
+// The HTTP filters' names in envoy/demo.yaml: ext_authz, and the response
+// path's ext_proc.
+const (
+	extAuthzFilter = "envoy.filters.http.ext_authz"
+	extProcFilter  = "capsnap.ext_proc"
+)
 
 // withoutExtAuthz is an Envoy configuration without its ext_authz HTTP
 // filter, and otherwise the same; the routes' per-filter settings for it
 // stay, unused.
-func withoutExtAuthz(cfg []byte) ([]byte, error) {
+func withoutExtAuthz(cfg []byte) ([]byte, error) { return withoutFilter(cfg, extAuthzFilter) }
+
+// withoutExtProc is an Envoy configuration without the response path (its
+// capsnap.ext_proc HTTP filter), and otherwise the same.
+func withoutExtProc(cfg []byte) ([]byte, error) { return withoutFilter(cfg, extProcFilter) }
+
+// withoutFilter is an Envoy configuration without its one HTTP filter
+// named name, and otherwise the same.
+func withoutFilter(cfg []byte, name string) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(cfg, &doc); err != nil {
 		return nil, fmt.Errorf("envoy config: %w", err)
@@ -218,7 +242,7 @@ func withoutExtAuthz(cfg []byte) ([]byte, error) {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				if n.Content[i].Value == "http_filters" && n.Content[i+1].Kind == yaml.SequenceNode {
-					removed += dropNamed(n.Content[i+1], extAuthzFilter)
+					removed += dropNamed(n.Content[i+1], name)
 				}
 			}
 		}
@@ -228,7 +252,7 @@ func withoutExtAuthz(cfg []byte) ([]byte, error) {
 	}
 	walk(&doc)
 	if removed != 1 {
-		return nil, fmt.Errorf("envoy config: found %d %s filters, want 1", removed, extAuthzFilter)
+		return nil, fmt.Errorf("envoy config: found %d %s filters, want 1", removed, name)
 	}
 	return yaml.Marshal(&doc)
 }

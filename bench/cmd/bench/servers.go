@@ -43,16 +43,34 @@ type capsnapServer struct {
 	grpcAddr, adminURL string
 }
 
-// startCapsnap starts capsnap deciding for billing at billingURL, taking
-// the principal as principal (a YAML flow mapping) says, and waits until
-// its catalog is live (/readyz).
+// startCapsnap starts capsnap deciding for billing at billingURL under
+// the demo policy, taking the principal as principal (a YAML flow
+// mapping) says, and waits until its catalog is live (/readyz).
 func (h *harness) startCapsnap(ctx context.Context, name, billingURL, principal string) (*capsnapServer, error) {
-	dir := filepath.Join(h.work, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
 	policy, err := os.ReadFile(demoPolicy)
 	if err != nil {
+		return nil, err
+	}
+	return h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: principal, policy: policy})
+}
+
+// capsnapSpec is one capsnap's configuration.
+type capsnapSpec struct {
+	name, billingURL string
+	// principal is capsnap's principal section, a YAML flow mapping.
+	principal string
+	policy    []byte
+	// extra is more of capsnap.yaml, top-level sections such as
+	// "discovery: {bind: catalog}\n".
+	extra string
+}
+
+// startCapsnapWith starts capsnap as spec says, its one server billing at
+// spec.billingURL, and waits until its catalog is live (/readyz).
+func (h *harness) startCapsnapWith(ctx context.Context, spec capsnapSpec) (*capsnapServer, error) {
+	name := spec.name
+	dir := filepath.Join(h.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	grpcAddr, err := freeAddr()
@@ -80,8 +98,8 @@ snapshots: {ttl: 30m}
 log: {level: info, format: json}
 audit: {path: %s}
 debug: {pprof: true}
-`, grpcAddr, adminAddr, principal, billingURL, audit)
-	for file, b := range map[string][]byte{"policy.yaml": policy, "capsnap.yaml": []byte(cfg)} {
+%s`, grpcAddr, adminAddr, spec.principal, spec.billingURL, audit, spec.extra)
+	for file, b := range map[string][]byte{"policy.yaml": spec.policy, "capsnap.yaml": []byte(cfg)} {
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
 			return nil, err
 		}

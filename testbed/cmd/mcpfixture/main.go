@@ -8,7 +8,7 @@
 //	-variant NAME   ignored: the stack names billing's variants
 //	-mode FLAGS     comma-separated behaviour flags, below
 //
-// Its tools, in every variant:
+// Its tools, in every variant (but see tools=N below):
 //
 //	lookup_order   a read; arguments {order_id}
 //	refund         moves money; arguments {order_id, amount, reason_code}
@@ -30,6 +30,14 @@
 //	pages=N     tools/list returns N tools a page (ServerOptions.PageSize),
 //	            before summarize is filtered out
 //	malformed   start with the malformed mode on (see /admin/malformed)
+//	tools=N     serve N generated tools, tool_001 to tool_N (wider numbers
+//	            past 999), instead of the six above, so that the catalog
+//	            is exactly N tools (make bench's delivery step: 225). Each
+//	            is a realistic definition of 200 to 400 bytes: a
+//	            description sentence or two and an inputSchema of 2 to 4
+//	            typed properties, some required. Its handler returns a
+//	            line of text. The same N gives the same tools, byte for
+//	            byte.
 //
 // Its control API:
 //
@@ -100,7 +108,13 @@ type options struct {
 	json      bool
 	pageSize  int
 	malformed bool
+	// tools, if not 0, is how many generated tools to serve instead of
+	// the fixed six.
+	tools int
 }
+
+// maxGenerated bounds tools=N.
+const maxGenerated = 100_000
 
 func parseMode(v string) (options, error) {
 	var o options
@@ -119,8 +133,14 @@ func parseMode(v string) (options, error) {
 				return o, fmt.Errorf("mode %q: pages=%q is not a positive integer", v, val)
 			}
 			o.pageSize = n
+		case name == "tools" && hasVal:
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > maxGenerated {
+				return o, fmt.Errorf("mode %q: tools=%q is not an integer in 1..%d", v, val, maxGenerated)
+			}
+			o.tools = n
 		default:
-			return o, fmt.Errorf("mode %q: unknown flag %q (want json, pages=N, malformed)", v, f)
+			return o, fmt.Errorf("mode %q: unknown flag %q (want json, pages=N, malformed, tools=N)", v, f)
 		}
 	}
 	return o, nil
@@ -130,6 +150,7 @@ type fixture struct {
 	variant   string
 	opts      options
 	srv       *mcp.Server
+	tools     []*mcp.Tool // what it serves
 	malformed atomic.Bool
 
 	mu     sync.Mutex
@@ -141,7 +162,11 @@ func newFixture(variant string, o options) *fixture {
 	f := &fixture{variant: variant, opts: o, starts: map[string]int{}}
 	f.malformed.Store(o.malformed)
 	f.srv = mcp.NewServer(&mcp.Implementation{Name: "mcpfixture", Version: "1.0.0"}, &mcp.ServerOptions{PageSize: o.pageSize})
-	for _, t := range tools() {
+	f.tools = tools()
+	if o.tools > 0 {
+		f.tools = generatedTools(o.tools)
+	}
+	for _, t := range f.tools {
 		f.srv.AddTool(t, f.handler(t.Name))
 	}
 	f.srv.AddReceivingMiddleware(gateSummarize)
@@ -299,7 +324,7 @@ func (f *fixture) stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Stats{Variant: f.variant, HandlerStarts: map[string]int{}, Malformed: f.malformed.Load(), MalformedServed: f.served}
-	for _, t := range tools() {
+	for _, t := range f.tools {
 		st.HandlerStarts[t.Name] = f.starts[t.Name]
 	}
 	return st
