@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,6 +71,18 @@ type StackOptions struct {
 	// Denials, if set, is capsnap's denials section as a YAML flow
 	// mapping, e.g. "{status: http_error}"; empty takes the defaults.
 	Denials string
+	// ServerCommand, if set, runs each of the two servers in place of
+	// Billing: a server the testbed did not build. It returns, for server
+	// id ("billing" or "payments") to listen on addr (127.0.0.1:port),
+	// the program, its arguments, and environment variables (KEY=VALUE)
+	// to add to this process's (set through env(1)). ServerArgs and the
+	// variants are then not used. The server must serve streamable HTTP
+	// at /mcp, where capsnap and Envoy's routes reach it; it need not
+	// serve /admin/stats: it is ready once a GET of /mcp gets any HTTP
+	// answer (an MCP endpoint may refuse a bare GET). The billing
+	// server's admin calls (Stats, ServerStats, Redeploy,
+	// RollOutHandlers) do not apply to it.
+	ServerCommand func(id, addr string) (bin string, args []string, env []string)
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -134,8 +147,12 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	return s, nil
 }
 
-// startServer starts one billing process as server id, serving variant.
+// startServer starts one billing process as server id, serving variant,
+// or StackOptions.ServerCommand's server if it is set.
 func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, error) {
+	if s.opts.ServerCommand != nil {
+		return s.startCommand(ctx, id)
+	}
 	args := append([]string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.ServerArgs...)
 	p, err := Start(id, s.opts.Billing, args, s.opts.Tee)
 	if err != nil {
@@ -145,6 +162,51 @@ func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, 
 		return nil, err
 	}
 	return p, nil
+}
+
+// startCommand starts StackOptions.ServerCommand's server as server id and
+// waits until its MCP endpoint answers.
+func (s *Stack) startCommand(ctx context.Context, id string) (*Process, error) {
+	bin, args, env := s.opts.ServerCommand(id, s.serverAddr(id))
+	if len(env) > 0 {
+		// env(1) execs bin in its place: the process Stop signals is
+		// the server itself.
+		envBin, err := exec.LookPath("env")
+		if err != nil {
+			return nil, fmt.Errorf("stack: server %s: %w", id, err)
+		}
+		args = append(append(append([]string{}, env...), bin), args...)
+		bin = envBin
+	}
+	p, err := Start(id, bin, args, s.opts.Tee)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitAnswer(ctx, s.ServerURL(id)+"/mcp", p); err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitAnswer polls url with GET until it gets any HTTP response or ctx
+// ends, giving up early if p exits.
+func waitAnswer(ctx context.Context, url string, p *Process) error {
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if p.Exited() {
+			return fmt.Errorf("%s exited before %s answered: %v\n%s", p.Name, url, p.err, p.Output())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w", url, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // RestartServer starts server id again after it was stopped, serving variant.
