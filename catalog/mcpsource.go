@@ -164,8 +164,9 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 	if watch.base == nil {
 		watch.base = http.DefaultTransport
 	}
+	raw := &rawLists{base: watch}
 	whc := *hc
-	whc.Transport = watch
+	whc.Transport = raw
 	transport := &mcp.StreamableClientTransport{
 		Endpoint:   s.URL,
 		HTTPClient: &whc,
@@ -221,7 +222,7 @@ func (s *MCPSource) session(ctx context.Context, hc *http.Client, log zerolog.Lo
 	defer tick.Stop()
 	for {
 		lctx, cancel := context.WithTimeout(ctx, timeout)
-		defs, err := listTools(lctx, cs)
+		defs, err := listTools(lctx, cs, raw)
 		cancel()
 		if err != nil {
 			return synced, fmt.Errorf("list tools: %w", err)
@@ -254,7 +255,10 @@ func (s *MCPSource) clientOptions(o *mcp.ClientOptions) *mcp.ClientOptions {
 		case "sampling":
 			o.CreateMessageHandler = refuseSampling
 		case "elicitation":
+			// Both modes: a server may offer a tool only to clients that
+			// can take a URL elicitation.
 			o.ElicitationHandler = refuseElicitation
+			o.Capabilities.Elicitation = &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}}
 		}
 	}
 	return o
@@ -285,8 +289,9 @@ func freshLists(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// listTools fetches every page of tools/list.
-func listTools(ctx context.Context, cs *mcp.ClientSession) ([]json.RawMessage, error) {
+// listTools fetches every page of tools/list, each tool as the server
+// wrote it (raw).
+func listTools(ctx context.Context, cs *mcp.ClientSession, raw *rawLists) ([]json.RawMessage, error) {
 	var defs []json.RawMessage
 	seen := map[string]bool{}
 	params := &mcp.ListToolsParams{}
@@ -295,13 +300,11 @@ func listTools(ctx context.Context, cs *mcp.ClientSession) ([]json.RawMessage, e
 		if err != nil {
 			return nil, err
 		}
-		for _, t := range res.Tools {
-			def, err := json.Marshal(t)
-			if err != nil {
-				return nil, fmt.Errorf("encode tool %q: %w", t.Name, err)
-			}
-			defs = append(defs, def)
+		page, err := raw.definitions(res)
+		if err != nil {
+			return nil, err
 		}
+		defs = append(defs, page...)
 		if res.NextCursor == "" {
 			return defs, nil
 		}
