@@ -623,7 +623,13 @@ func readParams(m *Message, params []byte) (Version, error) {
 		}
 		// The arguments are what the pinned schema and the policy's limits
 		// are checked against; in any other shape one side would see no
-		// arguments and the other would bind something.
+		// arguments and the other would bind something. null is no
+		// arguments to every server (Go's and Python's read none,
+		// TypeScript's refuses it), and the Go SDK's client sends it for a
+		// nil map.
+		if args != nil && string(args) == "null" {
+			args = nil
+		}
 		if args != nil {
 			if args[0] != '{' {
 				return "", malformed("tools/call params.arguments must be an object, not a JSON %s", jsonType(args))
