@@ -169,8 +169,9 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
+	// Two keys a snapshot: its session's latest, and the any-session one.
 	latest, err := ristretto.NewCache(&ristretto.Config[string, string]{
-		NumCounters: 10 * o.MaxSnapshots, MaxCost: o.MaxSnapshots, BufferItems: 64, IgnoreInternalCost: true,
+		NumCounters: 20 * o.MaxSnapshots, MaxCost: 2 * o.MaxSnapshots, BufferItems: 64, IgnoreInternalCost: true,
 	})
 	if err != nil {
 		snaps.Close()

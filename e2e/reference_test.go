@@ -109,7 +109,7 @@ var (
 		"echo", "get-annotated-message", "get-env", "get-resource-links", "get-resource-reference",
 		"get-structured-content", "get-sum", "get-tiny-image", "gzip-file-as-resource",
 		"toggle-simulated-logging", "toggle-subscriber-updates", "trigger-long-running-operation",
-		"get-roots-list", "trigger-elicitation-request", "trigger-sampling-request",
+		"get-roots-list", "trigger-elicitation-request", "trigger-url-elicitation", "trigger-sampling-request",
 		"simulate-research-query",
 	}
 )
@@ -544,7 +544,9 @@ func TestReferenceDelivered(t *testing.T) {
 	if !slices.Equal(plain.names(), refPlainTools) {
 		t.Fatalf("%s@%s lists %v to a client with no capabilities, want %v", refPackage, refVersion, plain.names(), refPlainTools)
 	}
-	all := refDirect(t, s, refCaps{roots: true, sampling: true, elicitation: true})
+	// What capsnap's own session declares: roots, sampling, elicitation
+	// in both modes.
+	all := refDirect(t, s, refCaps{roots: true, sampling: true, elicitation: true, urlElicitation: true})
 	if !slices.Equal(all.names(), refCapsnapTools) {
 		t.Fatalf("%s@%s lists %v to a client with roots, sampling and elicitation, want %v", refPackage, refVersion, all.names(), refCapsnapTools)
 	}

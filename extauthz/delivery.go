@@ -1,12 +1,14 @@
 package extauthz
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"slices"
 	"strings"
 	"time"
@@ -140,7 +142,9 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 	s.recordDelivery(d, out, s.now().Sub(start))
 	switch {
 	case d.fail != nil:
-		out.Fail = d.fail
+		// The response is replaced whole: nothing was withheld from a
+		// delivery that did not happen.
+		out.Fail, out.Withheld = d.fail, nil
 		out.Status = 200
 		if len(d.id) == 0 || s.denials.Status == config.StatusHTTPError {
 			out.Status = deliveryStatus(d.fail.Reason)
@@ -166,8 +170,15 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	case head.Status < 100 || head.Status > 599:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response has no valid HTTP status (%d): Envoy's ext_proc response_header_mode must be SEND", head.Status)
 	case head.Status < 200 || head.Status > 299:
-		// An error status delivers no tools: an MCP client reads no result
-		// from it. It passes as it is, with no snapshot and no epoch.
+		// An error status delivers no tools if its body carries no
+		// message (empty, or not JSON or SSE: a "session not found" the
+		// client acts on) or a JSON-RPC error: it passes as it is, with
+		// no snapshot and no epoch. A result is read by some client
+		// (Python's reads a 3xx's as the answer; TypeScript's puts the
+		// body into the error its agent sees) and is refused.
+		if !errorAnswer(head, body, l.ID) {
+			return deny.Errorf(deny.MalformedResponse, "a tools/list response with HTTP status %d carries something other than a JSON-RPC error", head.Status)
+		}
 		return nil
 	case head.Streamed:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be BUFFERED")
@@ -183,11 +194,11 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	if resp.Error {
 		return nil // the server's own error delivers no tools
 	}
-	list, fail := s.live(d.serverID, d.now)
+	live, fail := s.live(d.serverID, d.now)
 	if fail != nil {
 		return fail
 	}
-	snap := s.newSnapshot(d, list)
+	snap := s.newSnapshot(d, live)
 	snap.NextCursor = resp.NextCursor
 	// A later page continues the snapshot of the pages before it, so that
 	// a call is held to whichever page delivered its tool: the pins carry
@@ -203,7 +214,7 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	}
 	keep := make([]bool, len(resp.Tools))
 	for i, t := range resp.Tools {
-		rule, w := s.withhold(d, r, list, t)
+		rule, w := s.withhold(d, r, live, t)
 		if w == nil && earlier[t.Name] != "" && earlier[t.Name] != t.Digest {
 			w = deny.Errorf(deny.SchemaDrift, "delivered at %s, but an earlier page delivered it at %s", t.Digest, earlier[t.Name])
 		}
@@ -213,7 +224,7 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		}
 		keep[i] = true
 		if earlier[t.Name] == "" {
-			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: list.Generation})
+			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: live.Generation})
 		}
 	}
 	if err := s.snapshots.Put(snap); err != nil {
@@ -261,6 +272,17 @@ func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool) {
 		return nil, false
 	}
 	return prev, true
+}
+
+// errorAnswer reports whether a response of an error status is one that
+// delivers nothing: an empty body, or a JSON-RPC error for the request.
+func errorAnswer(head ResponseHead, body []byte, id json.RawMessage) bool {
+	mt, _, _ := mime.ParseMediaType(head.ContentType)
+	if len(bytes.TrimSpace(body)) == 0 || (mt != "application/json" && mt != "text/event-stream") {
+		return true
+	}
+	d, err := mcpparse.ReadDelivery(head.ContentType, body, id, 0)
+	return err == nil && d.Error
 }
 
 // deliveryStatus is the HTTP status the agent gets instead of a response

@@ -774,6 +774,35 @@ func TestDeliverFailures(t *testing.T) {
 	}
 }
 
+// On the response path a tools/list shares no batch with other requests:
+// the answers beside the list would be refused with it.
+func TestListAloneInBatch(t *testing.T) {
+	f := newFixture(t)
+	for _, tt := range []struct{ body, want string }{
+		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, string(deny.MalformedRequest)},
+		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"}]`, ""},
+	} {
+		got := f.call(t, checkCase{Principal: support, Body: tt.body})
+		if string(got.reason) != tt.want {
+			t.Errorf("%s: %q (%s), want %q", tt.body, got.reason, got.data.Detail, tt.want)
+		}
+	}
+}
+
+// An error status whose body is a result is read by some client (Python's
+// takes a 3xx's result for the answer, TypeScript's shows a 500's body to
+// its agent): it is refused, never passed unfiltered.
+func TestDeliverRefusesResultsUnderErrorStatus(t *testing.T) {
+	list := []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`)
+	for _, status := range []int{300, 399, 500} {
+		f := newFixture(t)
+		out := f.Deliver(f.ticket(t, support, listBody), ResponseHead{Status: status, ContentType: jsonHead}, list)
+		if out.Fail == nil || out.Fail.Reason != deny.MalformedResponse || bytes.Contains(out.Body, []byte("ghost")) {
+			t.Errorf("status %d: fail %v, body %s", status, out.Fail, out.Body)
+		}
+	}
+}
+
 // A response that delivers no tools (an error status, or the server's own
 // JSON-RPC error) passes as it is, with no snapshot and no epoch.
 func TestDeliverPassesThrough(t *testing.T) {
@@ -784,7 +813,7 @@ func TestDeliverPassesThrough(t *testing.T) {
 		body []byte
 	}{
 		{"404", ResponseHead{Status: 404, ContentType: "text/plain"}, []byte("not found")},
-		{"500 with a tools list", ResponseHead{Status: 500, ContentType: jsonHead}, []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`)},
+		{"500 with a JSON-RPC error", ResponseHead{Status: 500, ContentType: jsonHead}, rpcError},
 		{"302, gzip", ResponseHead{Status: 302, ContentEncoding: "gzip"}, []byte{0x1f, 0x8b}},
 		{"JSON-RPC error", okJSON, rpcError},
 		{"JSON-RPC error in an event", ResponseHead{Status: 200, ContentType: "text/event-stream"}, []byte("id: 1\ndata:\n\ndata: " + string(rpcError) + "\n\n")},

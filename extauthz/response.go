@@ -334,10 +334,11 @@ func (d *decision) denied(form config.Denials) *authv3.CheckResponse {
 // configured form. A denial whose request id is unknown (the body could
 // not be read) always takes the HTTP error: a 200 that answers id null is
 // one no SDK client can match to its request (Python's waits for ever,
-// Go's drops the session).
+// Go's drops the session). So does a batch's: a 200 would leave its other
+// requests unanswered.
 func (d *decision) denialBody(form config.Denials) (int, []byte) {
 	switch {
-	case len(d.id) == 0 || form.Status == config.StatusHTTPError:
+	case len(d.id) == 0 || d.batch || form.Status == config.StatusHTTPError:
 		return int(httpStatus(d.fail.Reason)), d.errorJSON()
 	case d.method == "tools/call" && form.CallForm == config.CallFormToolResult:
 		return 200, d.toolResultJSON()

@@ -233,6 +233,9 @@ type decision struct {
 	listing string
 	// phase is "response" for a decision on a tools/list response.
 	phase string
+	// batch is set for a batch of several messages, whose denial cannot
+	// answer them all with one JSON-RPC error.
+	batch bool
 	// clientHeaders are the x-capsnap-* headers the client sent;
 	// clientEpoch and clientDigest the epoch and planned digest among them.
 	clientHeaders []string
@@ -265,6 +268,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		}
 		d.version, d.session, msgs = r.Version, r.Session, r.Messages
 		d.method, d.id = msgs[0].Method, msgs[0].ID
+		d.batch = len(msgs) > 1
 	default:
 		return deny.Errorf(deny.MalformedRequest, "HTTP method %q is not part of MCP's streamable HTTP transport", httpReq.GetMethod())
 	}
@@ -297,10 +301,18 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return nil
 	case m.Method == "tools/list":
 		d.method, d.id = m.Method, m.ID
-		if s.delivered {
-			return s.list(d, m)
+		if !s.delivered {
+			return s.mint(d)
 		}
-		return s.mint(d)
+		// Its response is read as holding one response, the list: the
+		// answers to a batch's other requests beside it would be refused
+		// with it (a client may take any of them for the list).
+		for i := range msgs {
+			if &msgs[i] != m && msgs[i].Kind == mcpparse.KindRequest {
+				return deny.Errorf(deny.MalformedRequest, "on the response path a tools/list must not share a batch with other requests")
+			}
+		}
+		return s.list(d, m)
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
 		if fail := s.verifyCall(d); fail != nil {

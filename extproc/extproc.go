@@ -6,10 +6,11 @@
 // exactly the pinned tools and the snapshot's epoch, or with a JSON-RPC error
 // in its place. It holds no decision of its own.
 //
-// Envoy runs this filter only for responses whose request carried
-// extauthz.HeaderListing (see envoy/demo.yaml), with the response headers
-// sent and the response body buffered whole; anything else it is sent is let
-// through unchanged on the request side and refused on the response side.
+// Envoy runs this filter only for responses whose Check left a listing
+// ticket in the ext_authz filter's dynamic metadata (see envoy/demo.yaml),
+// with the response headers sent and the response body buffered whole;
+// anything else it is sent is let through unchanged on the request side and
+// refused on the response side.
 package extproc
 
 import (

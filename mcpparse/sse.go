@@ -10,6 +10,8 @@ type Event struct {
 	// Data is the event's data: its data lines joined by "\n", as an
 	// EventSource client delivers it.
 	Data []byte
+	// Type is its event field's value; empty means "message".
+	Type string
 	// span is the event in the body, from its first line through the blank
 	// line that dispatched it; lines its data lines, in order.
 	span  span
@@ -22,7 +24,8 @@ type Event struct {
 // standard also allows, is refused: the Go SDK does not), a blank line
 // dispatches an event, "data" fields join with "\n", comments and other
 // fields carry no data. A body that ends inside an event is an error:
-// a client drops that event, so nothing in it was delivered.
+// clients differ on whether they dispatch it (the standard drops it, the
+// Go SDK does not).
 func ReadEventStream(body []byte) ([]Event, error) {
 	if bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) {
 		return nil, fmt.Errorf("event stream starts with a byte order mark")
@@ -54,9 +57,12 @@ func ReadEventStream(body []byte) ([]Event, error) {
 		if !open {
 			cur.span.start, open = pos, true
 		}
-		if name, value := field(line); name == "data" {
+		switch name, value := field(line); name {
+		case "data":
 			data = append(data, value)
 			cur.lines = append(cur.lines, span{pos, next})
+		case "event":
+			cur.Type = string(value)
 		}
 		pos = next
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"strconv"
 	"strings"
 )
@@ -56,11 +57,28 @@ func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, er
 	if err := checkJSON(doc, maxDepth, true); err != nil {
 		return nil, fmt.Errorf("tools/list response is not strict JSON: %w", err)
 	}
-	v := trimValue(doc)
-	var resp []byte
+	resps, err := responses(trimValue(doc))
+	if err != nil {
+		return nil, fmt.Errorf("tools/list response: %w", err)
+	}
+	if len(resps) != 1 {
+		return nil, fmt.Errorf("tools/list response: %d responses where one must answer id %s", len(resps), excerpt(id))
+	}
+	return readListResponse(doc, resps[0], id)
+}
+
+// responses returns the messages of a checked JSON-RPC document (a message
+// or a batch) that some client could take for a response: every one but a
+// request or notification, which has a "method" that is a string and no
+// result or error. Which one a client then matches to its request differs
+// (Python's takes the first response on the stream whatever its id,
+// TypeScript's compares ids as numbers, so "1" answers 1), so a tools/list
+// response is read only when it holds exactly one.
+func responses(v []byte) ([][]byte, error) {
+	var msgs [][]byte
 	switch v[0] {
 	case '{':
-		resp = v
+		msgs = [][]byte{v}
 	case '[':
 		it := elementsOf(v)
 		for {
@@ -68,27 +86,45 @@ func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, er
 			if !ok {
 				break
 			}
-			if el[0] != '{' {
-				return nil, fmt.Errorf("tools/list response: batch element is a JSON %s", jsonType(el))
-			}
-			answer, err := answers(el, id)
-			if err != nil {
-				return nil, fmt.Errorf("tools/list response: %w", err)
-			}
-			if answer {
-				if resp != nil {
-					return nil, fmt.Errorf("tools/list response: the batch answers id %s twice", excerpt(id))
-				}
-				resp = el
-			}
-		}
-		if resp == nil {
-			return nil, fmt.Errorf("tools/list response: the batch has no response to id %s", excerpt(id))
+			msgs = append(msgs, el)
 		}
 	default:
-		return nil, fmt.Errorf("tools/list response is a JSON %s, not a JSON-RPC response", jsonType(v))
+		return nil, fmt.Errorf("a JSON %s, not a JSON-RPC message", jsonType(v))
 	}
-	return readListResponse(doc, resp, id)
+	var out [][]byte
+	for _, m := range msgs {
+		if m[0] != '{' {
+			return nil, fmt.Errorf("a batch element is a JSON %s, not a message", jsonType(m))
+		}
+		// A member that is one of messageMembers in another letter case
+		// is refused rather than read one way: the TypeScript and Python
+		// SDKs match names exactly, encoding/json would not.
+		var method []byte
+		answer := false
+		it := membersOf(m)
+		for {
+			name, val, ok := it.next()
+			if !ok {
+				break
+			}
+			var buf [64]byte
+			k := nameOf(&buf, name)
+			switch string(k) {
+			case "method":
+				method = val
+			case "result", "error":
+				answer = true
+			default:
+				if g, ok := caseVariant(k, messageMembers); ok {
+					return nil, fmt.Errorf("member %s is %q in another letter case", excerpt(k), g)
+				}
+			}
+		}
+		if answer || method == nil || method[0] != '"' {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // readLimits checks the request id a response must answer and bounds the
@@ -104,24 +140,6 @@ func readLimits(id json.RawMessage, maxDepth int) (int, error) {
 		maxDepth = maxDepthCap
 	}
 	return maxDepth, nil
-}
-
-// member returns the value of the member of a checked object whose name
-// is key in any letter case: Go's encoding/json, which the Go SDK decodes
-// messages with, matches names that way, and a strict check (fold) has
-// made sure at most one member does.
-func member(obj []byte, key string) ([]byte, bool) {
-	it := membersOf(obj)
-	for {
-		name, v, ok := it.next()
-		if !ok {
-			return nil, false
-		}
-		var buf [64]byte
-		if strings.EqualFold(string(nameOf(&buf, name)), key) {
-			return v, true
-		}
-	}
 }
 
 // sameResponseID reports whether a response's id answers the request's.
@@ -151,7 +169,7 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 			break
 		}
 		var buf [64]byte
-		switch strings.ToLower(string(nameOf(&buf, name))) {
+		switch string(nameOf(&buf, name)) {
 		case "jsonrpc":
 			version = string(v) == `"2.0"`
 		case "id":
@@ -193,20 +211,25 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 			break
 		}
 		var buf [64]byte
-		switch strings.ToLower(string(nameOf(&buf, name))) {
+		k := nameOf(&buf, name)
+		switch string(k) {
 		case "tools":
 			tools = v
-		case "nextcursor":
+		case "nextCursor":
 			if v[0] != '"' {
 				return nil, fmt.Errorf("tools/list response: nextCursor is a JSON %s, not a string", jsonType(v))
 			}
 			l.NextCursor = unquote(v)
-		case "ttlms":
+		case "ttlMs":
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil || n < 0 {
 				return nil, fmt.Errorf("tools/list response: ttlMs %s is not a non-negative integer", excerpt(v))
 			}
 			l.TTLMs, l.ttl = n, spanOf(doc, v)
+		default:
+			if g, ok := caseVariant(k, resultMembers); ok {
+				return nil, fmt.Errorf("tools/list response: result member %s is %q in another letter case", excerpt(k), g)
+			}
 		}
 	}
 	if tools == nil || tools[0] != '[' {
@@ -232,6 +255,9 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 	}
 	return l, nil
 }
+
+// resultMembers are the tools/list result members capsnap reads.
+var resultMembers = []string{"tools", "nextCursor", "ttlMs"}
 
 // spanOf is the span of sub, a subslice of doc, within doc.
 func spanOf(doc, sub []byte) span {
@@ -303,7 +329,11 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 	if err != nil {
 		return nil, err
 	}
-	switch mediaType(contentType) {
+	mt, err := deliveryMediaType(contentType)
+	if err != nil {
+		return nil, err
+	}
+	switch mt {
 	case "application/json":
 		l, err := ReadToolsList(body, id, maxDepth)
 		if err != nil {
@@ -321,18 +351,24 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 			if len(e.lines) == 0 || len(bytes.TrimSpace(e.Data)) == 0 {
 				continue // a priming event or a comment: no message
 			}
+			// Every SDK reads only "message" events; capsnap must not
+			// read, rewrite and pin one no client reads, beside one it
+			// does.
+			if e.Type != "" && e.Type != "message" {
+				return nil, fmt.Errorf("event %d has type %q: only message events carry MCP messages", i, e.Type)
+			}
 			if err := checkJSON(e.Data, maxDepth, true); err != nil {
 				return nil, fmt.Errorf("event %d is not strict JSON: %w", i, err)
 			}
-			answer, err := answers(trimValue(e.Data), id)
+			resps, err := responses(trimValue(e.Data))
 			if err != nil {
 				return nil, fmt.Errorf("event %d: %w", i, err)
 			}
-			if !answer {
-				continue
+			if len(resps) == 0 {
+				continue // the server's requests and notifications
 			}
-			if d.event != nil {
-				return nil, fmt.Errorf("two events answer id %s", excerpt(id))
+			if d.event != nil || len(resps) > 1 {
+				return nil, fmt.Errorf("the stream holds more than one response where one must answer id %s", excerpt(id))
 			}
 			if d.ToolsList, err = ReadToolsList(e.Data, id, maxDepth); err != nil {
 				return nil, err
@@ -348,42 +384,6 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 	}
 }
 
-// answers reports whether the checked JSON-RPC document v (a message or a
-// batch) holds a response to id: a message with that id and no method (a
-// request the server sends the client may use the same id). Names match in
-// any letter case and numeric ids must be canonical, so that nothing a
-// client could take for the answer escapes capsnap.
-func answers(v []byte, id json.RawMessage) (bool, error) {
-	if v[0] == '[' {
-		it := elementsOf(v)
-		for {
-			el, ok := it.next()
-			if !ok {
-				return false, nil
-			}
-			if el[0] != '{' {
-				continue
-			}
-			if a, err := answers(el, id); a || err != nil {
-				return a, err
-			}
-		}
-	}
-	if v[0] != '{' {
-		return false, nil
-	}
-	rid, ok := member(v, "id")
-	if !ok {
-		return false, nil
-	}
-	same, err := sameResponseID(rid, id)
-	if !same || err != nil {
-		return false, err
-	}
-	_, isRequest := member(v, "method")
-	return !isRequest, nil
-}
-
 // Rewrite returns the body with the response rewritten as
 // ToolsList.Rewrite does; in an event stream, only its event changes.
 func (d *Delivery) Rewrite(keep []bool, maxTTLMs int64) []byte {
@@ -397,11 +397,19 @@ func (d *Delivery) Rewrite(keep []bool, maxTTLMs int64) []byte {
 	return ReplaceData(d.body, *d.event, doc)
 }
 
-// mediaType is the lower-case media type of a Content-Type value, without
-// its parameters.
-func mediaType(ct string) string {
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
+// deliveryMediaType is the lower-case media type of a response's
+// Content-Type. capsnap reads the body as UTF-8, so a parameter other than
+// charset=utf-8 is refused: a client that decodes another charset (Python's
+// does) would read other bytes than the ones capsnap rewrote.
+func deliveryMediaType(ct string) (string, error) {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", fmt.Errorf("content type %q: %w", ct, err)
 	}
-	return strings.ToLower(strings.TrimSpace(ct))
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return "", fmt.Errorf("content type %q: only the parameter charset=utf-8 is read", ct)
+		}
+	}
+	return mt, nil
 }

@@ -100,9 +100,17 @@ var deliveryCases = []deliveryCase{
 	{name: "json surrounding whitespace", ct: ctJSON, body: " \n" + threeTools + "\n\t", id: "1", want: toolsOf(toolLookup, toolRefund, toolAddress)},
 	{name: "json members in another order", ct: ctJSON, body: `{"result":` + toolsResult("", toolRefund) + `,"id":1,"jsonrpc":"2.0"}`, id: "1", want: toolsOf(toolRefund)},
 	{
-		name: "batch 2025-03-26 holding the answer among other responses", ct: ctJSON,
-		body: `[{"jsonrpc":"2.0","id":"1","result":{}},` + listResp("7", toolsResult("", toolLookup, toolAddress)) + `,{"jsonrpc":"2.0","id":8,"error":{"code":-32601,"message":"no"}}]`,
+		name: "batch 2025-03-26 holding the answer among requests and notifications", ct: ctJSON,
+		body: `[{"jsonrpc":"2.0","id":"1","method":"roots/list"},` + listResp("7", toolsResult("", toolLookup, toolAddress)) + `,` + progressNote + `]`,
 		id:   "7", want: toolsOf(toolLookup, toolAddress),
+	},
+	// TypeScript's client reads "1" as answering 1, Python's takes the
+	// first response whatever its id: a response beside the answer is
+	// refused.
+	{
+		name: "batch holding another response", ct: ctJSON,
+		body: `[{"jsonrpc":"2.0","id":"7","result":{}},` + listResp("7", toolsResult("", toolLookup)) + `]`,
+		id:   "7", errSub: "2 responses where one must answer",
 	},
 	{name: "json error response", ct: ctJSON, body: `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"backend down","data":{"retry":true}}}`, id: "1", want: wantList{err: true, ttl: -1}},
 	{name: "batch holding an error response", ct: ctJSON, body: `[` + progressNote + `,{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"no"}}]`, id: "1", want: wantList{err: true, ttl: -1}},
@@ -149,9 +157,29 @@ var deliveryCases = []deliveryCase{
 		id:   "1", want: toolsOf(toolLookup, toolRefund, toolAddress),
 	},
 	{
-		name: "sse response to another id is not the answer", ct: ctSSE,
-		body: sse("\n", []string{"data: " + listResp("2", toolsResult("", toolAddress))}, []string{"data: " + threeTools}, []string{"data: " + listResp(`"1"`, toolsResult("", toolAddress))}),
-		id:   "1", want: toolsOf(toolLookup, toolRefund, toolAddress),
+		name: "sse response to another id before the answer", ct: ctSSE,
+		body: sse("\n", []string{"data: " + listResp("2", toolsResult("", toolAddress))}, []string{"data: " + threeTools}),
+		id:   "1", errSub: `does not answer the request's id`,
+	},
+	{
+		name: "sse string id after the answer", ct: ctSSE,
+		body: sse("\n", []string{"data: " + threeTools}, []string{"data: " + listResp(`"1"`, toolsResult("", toolAddress))}),
+		id:   "1", errSub: "more than one response",
+	},
+	{
+		name: "sse answer in a non-message event", ct: ctSSE,
+		body: sse("\n", []string{"event: other", "data: " + threeTools}),
+		id:   "1", errSub: `has type "other"`,
+	},
+	{
+		name: "sse method null is a response", ct: ctSSE,
+		body: sse("\n", []string{"data: " + `{"jsonrpc":"2.0","id":1,"method":null,"result":{"tools":[]}}`}, []string{"data: " + threeTools}),
+		id:   "1", errSub: "more than one response",
+	},
+	{
+		name: "sse Method in another case", ct: ctSSE,
+		body: sse("\n", []string{"data: " + `{"jsonrpc":"2.0","id":1,"Method":"x","result":{"tools":[]}}`}, []string{"data: " + threeTools}),
+		id:   "1", errSub: `is "method" in another letter case`,
 	},
 	{name: "sse error response", ct: ctSSE, body: sse("\n", []string{"id: 5", "data: " + `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"no"}}`}), id: "1", want: wantList{err: true, ttl: -1}},
 	{name: "sse ttlMs and nextCursor", ct: ctSSE, body: sse("\n", []string{"data: " + listResp("1", toolsResult(`,"nextCursor":"n","ttlMs":5`, toolRefund))}), id: "1", want: wantList{tools: []string{toolRefund}, nextCursor: "n", ttl: 5}},
@@ -182,19 +210,19 @@ var deliveryCases = []deliveryCase{
 	{name: "no id", ct: ctJSON, body: `{"jsonrpc":"2.0","result":{"tools":[]}}`, id: "1", errSub: "does not answer the request's id"},
 	{name: "null id", ct: ctJSON, body: listResp("null", toolsResult("")), id: "1", errSub: "does not answer the request's id"},
 	{name: "fractional id", ct: ctJSON, body: listResp("1.0", toolsResult("")), id: "1", errSub: "not a string or an integer spelled canonically"},
-	{name: "server request with the same id, in JSON", ct: ctJSON, body: `{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, id: "1", errSub: "exactly one of result and error"},
-	{name: "batch answering the id twice", ct: ctJSON, body: `[` + threeTools + `,` + listResp("1", toolsResult("", toolAddress)) + `]`, id: "1", errSub: `the batch answers id "1" twice`},
-	{name: "batch without the answer", ct: ctJSON, body: `[` + listResp("2", toolsResult("")) + `]`, id: "1", errSub: `the batch has no response to id "1"`},
-	{name: "empty batch", ct: ctJSON, body: `[]`, id: "1", errSub: "the batch has no response"},
+	{name: "server request with the same id, in JSON", ct: ctJSON, body: `{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, id: "1", errSub: "0 responses where one must answer"},
+	{name: "batch answering the id twice", ct: ctJSON, body: `[` + threeTools + `,` + listResp("1", toolsResult("", toolAddress)) + `]`, id: "1", errSub: "2 responses where one must answer"},
+	{name: "batch without the answer", ct: ctJSON, body: `[` + listResp("2", toolsResult("")) + `]`, id: "1", errSub: `does not answer the request's id`},
+	{name: "empty batch", ct: ctJSON, body: `[]`, id: "1", errSub: "0 responses where one must answer"},
 	{name: "batch element not an object", ct: ctJSON, body: `[` + threeTools + `,1]`, id: "1", errSub: "batch element is a JSON number"},
-	{name: "not a JSON-RPC response", ct: ctJSON, body: `"tools"`, id: "1", errSub: "is a JSON string, not a JSON-RPC response"},
+	{name: "not a JSON-RPC response", ct: ctJSON, body: `"tools"`, id: "1", errSub: "a JSON string, not a JSON-RPC message"},
 	{name: "jsonrpc missing", ct: ctJSON, body: `{"id":1,"result":{"tools":[]}}`, id: "1", errSub: `jsonrpc is not "2.0"`},
 	{name: "jsonrpc 1.0", ct: ctJSON, body: `{"jsonrpc":"1.0","id":1,"result":{"tools":[]}}`, id: "1", errSub: `jsonrpc is not "2.0"`},
 	{name: "result and error", ct: ctJSON, body: `{"jsonrpc":"2.0","id":1,"result":{"tools":[]},"error":{"code":1,"message":"x"}}`, id: "1", errSub: "exactly one of result and error"},
 	{name: "malformed error object", ct: ctJSON, body: `{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"x"}}`, id: "1", errSub: `"code" must be an integer`},
 	{name: "result not an object", ct: ctJSON, body: listResp("1", `[]`), id: "1", errSub: "result is a JSON array, not an object"},
-	{name: "two sse events answering the id", ct: ctSSE, body: sse("\n", []string{"data: " + threeTools}, []string{"data: " + threeTools}), id: "1", errSub: `two events answer id "1"`},
-	{name: "sse batch event and another event answering the id", ct: ctSSE, body: sse("\n", []string{"data: [" + threeTools + "]"}, []string{"data: " + threeTools}), id: "1", errSub: "two events answer id"},
+	{name: "two sse events answering the id", ct: ctSSE, body: sse("\n", []string{"data: " + threeTools}, []string{"data: " + threeTools}), id: "1", errSub: "more than one response"},
+	{name: "sse batch event and another event answering the id", ct: ctSSE, body: sse("\n", []string{"data: [" + threeTools + "]"}, []string{"data: " + threeTools}), id: "1", errSub: "more than one response"},
 	{name: "sse only a server request with the id", ct: ctSSE, body: sse("\n", []string{`data: {"jsonrpc":"2.0","id":1,"method":"roots/list"}`}), id: "1", errSub: `no event answers id "1"`},
 	{name: "sse only a priming event", ct: ctSSE, body: sse("\n", []string{"id: 0", "data:"}), id: "1", errSub: "no event answers id"},
 	{name: "sse empty body", ct: ctSSE, body: "", id: "1", errSub: "no event answers id"},
@@ -202,7 +230,7 @@ var deliveryCases = []deliveryCase{
 	// Refused: event streams.
 	{name: "sse ending inside an event", ct: ctSSE, body: "data: " + threeTools + "\n", id: "1", errSub: "ends inside an event"},
 	{name: "sse ending inside a later event", ct: ctSSE, body: sse("\n", []string{"data: " + threeTools}) + "id: 9\ndata: " + progressNote, id: "1", errSub: "ends inside an event"},
-	{name: "sse event data not JSON", ct: ctSSE, body: sse("\n", []string{"data: " + progressNote}, []string{"event: ping", "data: hello"}, []string{"data: " + threeTools}), id: "1", errSub: "event 1 is not strict JSON"},
+	{name: "sse event data not JSON", ct: ctSSE, body: sse("\n", []string{"data: " + progressNote}, []string{"data: hello"}, []string{"data: " + threeTools}), id: "1", errSub: "event 1 is not strict JSON"},
 	{name: "sse answer cut over two events", ct: ctSSE, body: sse("\n", []string{`data: {"jsonrpc":"2.0","id":1,`}, []string{`data: "result":{"tools":[]}}`}), id: "1", errSub: "event 0 is not strict JSON"},
 	{name: "sse byte order mark", ct: ctSSE, body: "\xef\xbb\xbf" + sse("\n", []string{"data: " + threeTools}), id: "1", errSub: "byte order mark"},
 
@@ -227,7 +255,9 @@ var deliveryCases = []deliveryCase{
 
 	// Refused: the content type.
 	{name: "unknown content type", ct: "text/plain", body: threeTools, id: "1", errSub: `content type "text/plain" is neither application/json nor text/event-stream`},
-	{name: "no content type", ct: "", body: threeTools, id: "1", errSub: `content type "" is neither`},
+	{name: "no content type", ct: "", body: threeTools, id: "1", errSub: "no media type"},
+	{name: "utf-16 charset", ct: "text/event-stream; charset=utf-16-le", body: sse("\n", []string{"data: " + threeTools}), id: "1", errSub: "only the parameter charset=utf-8"},
+	{name: "utf-8 charset", ct: "application/json; charset=UTF-8", body: threeTools, id: "1", want: toolsOf(toolLookup, toolRefund, toolAddress)},
 	{name: "json-seq content type", ct: "application/json-seq", body: threeTools, id: "1", errSub: "is neither"},
 }
 
@@ -680,7 +710,7 @@ func TestRewriteRereads(t *testing.T) {
 func FuzzReadDelivery(f *testing.F) {
 	for i, c := range deliveryCases {
 		var sel uint8
-		if mediaType(c.ct) == ctSSE {
+		if mt, _ := deliveryMediaType(c.ct); mt == ctSSE {
 			sel = 1
 		}
 		f.Add(sel, []byte(c.body), c.id, uint64(0x5555_5555_5555_5555)>>(i%3), uint32(60000))
