@@ -253,8 +253,6 @@ type deliveryOpts struct {
 // recorder.
 func deliveryDial(t *testing.T, url, principal, version string, o deliveryOpts) *deliveryClient {
 	t.Helper()
-	a := testbed.NewAgent(principal)
-	rec := &deliveryRecorder{next: a}
 	co := &mcp.ClientOptions{}
 	if o.sampling {
 		co.CreateMessageHandler = func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
@@ -264,7 +262,17 @@ func deliveryDial(t *testing.T, url, principal, version string, o deliveryOpts) 
 	if o.progress != nil {
 		co.ProgressNotificationHandler = func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { o.progress(r.Params) }
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "capsnap-delivery-test", Version: "1"}, co)
+	return dialRecorded(t, url, principal, version, version, co)
+}
+
+// dialRecorded opens a session to url as principal with co, asking for
+// version ("" for the SDK's default), through a recorder, and fails
+// unless the session negotiated want.
+func dialRecorded(t *testing.T, url, principal, version, want string, co *mcp.ClientOptions) *deliveryClient {
+	t.Helper()
+	a := testbed.NewAgent(principal)
+	rec := &deliveryRecorder{next: a}
+	c := mcp.NewClient(&mcp.Implementation{Name: "capsnap-e2e", Version: "1"}, co)
 	ctx, cancel := context.WithTimeout(context.Background(), deliveryTimeout)
 	defer cancel()
 	// No retries: a stream that breaks is a failure here, and a retried
@@ -272,11 +280,11 @@ func deliveryDial(t *testing.T, url, principal, version string, o deliveryOpts) 
 	transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: rec}, MaxRetries: -1}
 	cs, err := c.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
-		t.Fatalf("connect %s as %s at %s: %v", url, principal, version, err)
+		t.Fatalf("connect %s as %s at %q: %v", url, principal, version, err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	if got := cs.InitializeResult().ProtocolVersion; got != version {
-		t.Fatalf("negotiated protocol version %s, want %s", got, version)
+	if got := cs.InitializeResult().ProtocolVersion; got != want {
+		t.Fatalf("asked for %q, negotiated protocol version %s, want %s", version, got, want)
 	}
 	return &deliveryClient{cs: cs, agent: a, rec: rec}
 }

@@ -180,8 +180,6 @@ type refCaps struct {
 // caps and nothing else, through a recorder.
 func refDial(t *testing.T, url, principal, version string, caps refCaps) *deliveryClient {
 	t.Helper()
-	a := testbed.NewAgent(principal)
-	rec := &deliveryRecorder{next: a}
 	co := &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
 	if caps.roots {
 		co.Capabilities.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
@@ -199,23 +197,11 @@ func refDial(t *testing.T, url, principal, version string, caps refCaps) *delive
 			return &mcp.ElicitResult{Action: "decline"}, nil
 		}
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "capsnap-reference-test", Version: "1"}, co)
-	ctx, cancel := context.WithTimeout(context.Background(), refTimeout)
-	defer cancel()
-	transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: rec}, MaxRetries: -1}
-	cs, err := c.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
-	if err != nil {
-		t.Fatalf("connect %s as %s at %q: %v", url, principal, version, err)
-	}
-	t.Cleanup(func() { cs.Close() })
 	want := version
 	if want == "" {
 		want = refProtocol
 	}
-	if got := cs.InitializeResult().ProtocolVersion; got != want {
-		t.Fatalf("asked for %q, negotiated protocol version %s, want %s", version, got, want)
-	}
-	return &deliveryClient{cs: cs, agent: a, rec: rec}
+	return dialRecorded(t, url, principal, version, want, co)
 }
 
 // refListing is one tools/list: what the SDK decoded, and the raw

@@ -15,7 +15,6 @@ import (
 
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
-	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
@@ -145,11 +144,7 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 		// The response is replaced whole: nothing was withheld from a
 		// delivery that did not happen.
 		out.Fail, out.Withheld = d.fail, nil
-		out.Status = 200
-		if len(d.id) == 0 || s.denials.Status == config.StatusHTTPError {
-			out.Status = deliveryStatus(d.fail.Reason)
-		}
-		out.Body = d.errorJSON()
+		out.Status, out.Body = d.denialBody(s.denials)
 		out.Headers = [][2]string{{"content-type", "application/json"}, {HeaderReason, string(d.fail.Reason)}}
 	case d.snapshot != nil:
 		out.Headers = [][2]string{
@@ -261,21 +256,22 @@ func (s *Server) withhold(d *decision, r *Rules, list *catalog.List, t mcpparse.
 }
 
 // continues returns the snapshot a page request with cursor continues: the
-// newest one for the same principal, server and session, still valid, whose
-// page's nextCursor was cursor.
+// newest one for the same principal, server and session (Latest's key),
+// still valid, whose page's nextCursor was cursor.
 func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool) {
 	if cursor == "" {
 		return nil, false
 	}
 	prev, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
-	if !ok || prev.NextCursor != cursor || prev.Principal != d.principal || prev.ServerID != d.serverID || !d.now.Before(prev.ValidUntil) {
+	if !ok || prev.NextCursor != cursor || !d.now.Before(prev.ValidUntil) {
 		return nil, false
 	}
 	return prev, true
 }
 
 // errorAnswer reports whether a response of an error status is one that
-// delivers nothing: an empty body, or a JSON-RPC error for the request.
+// delivers nothing: an empty body, one that is neither JSON nor an event
+// stream, or a JSON-RPC error for the request.
 func errorAnswer(head ResponseHead, body []byte, id json.RawMessage) bool {
 	mt, _, _ := mime.ParseMediaType(head.ContentType)
 	if len(bytes.TrimSpace(body)) == 0 || (mt != "application/json" && mt != "text/event-stream") {
@@ -283,17 +279,4 @@ func errorAnswer(head ResponseHead, body []byte, id json.RawMessage) bool {
 	}
 	d, err := mcpparse.ReadDelivery(head.ContentType, body, id, 0)
 	return err == nil && d.Error
-}
-
-// deliveryStatus is the HTTP status the agent gets instead of a response
-// capsnap will not deliver.
-func deliveryStatus(r deny.Reason) int {
-	switch r {
-	case deny.MalformedResponse:
-		return 502 // the server answered, with something capsnap cannot read
-	case deny.UnknownListing:
-		return 500 // Envoy and capsnap disagree on what goes through ext_proc
-	default:
-		return int(httpStatus(r))
-	}
 }

@@ -141,10 +141,7 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		verdict, reason = "deny", string(d.fail.Reason)
 	}
 	if s.metrics != nil {
-		server := d.serverID
-		if !s.servers[server] {
-			server = "unknown"
-		}
+		server := s.serverLabel(d.serverID)
 		effect := "none"
 		if d.effect != 0 {
 			effect = d.effect.String()
@@ -222,13 +219,19 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	ev.Msg("decision")
 }
 
+// serverLabel is serverID as a metric label: a configured server's id, or
+// "unknown" for any other a route names, so the label values stay bounded.
+func (s *Server) serverLabel(serverID string) string {
+	if !s.servers[serverID] {
+		return "unknown"
+	}
+	return serverID
+}
+
 // recordDelivery audits and counts one decision on a tools/list response:
 // what was delivered, and each tool withheld with why.
 func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duration) {
-	server := d.serverID
-	if !s.servers[server] {
-		server = "unknown"
-	}
+	server := s.serverLabel(d.serverID)
 	if s.metrics != nil {
 		result := "ok"
 		if d.fail != nil {

@@ -386,10 +386,15 @@ func (d *decision) errorData() errorData {
 
 // httpStatus maps a reason to the HTTP status of its denial under
 // denials.status http_error (or when the request's id is unknown). Every
-// one is a 4xx whose JSON-RPC body the Go and Python SDK clients read; a
-// 5xx would be taken as transient and its body dropped.
+// denial of a request is a 4xx whose JSON-RPC body the Go and Python SDK
+// clients read; a 5xx would be taken as transient and its body dropped.
+// Only the response path's own refusals, which no request caused, are 5xx.
 func httpStatus(r deny.Reason) typev3.StatusCode {
 	switch r {
+	case deny.MalformedResponse:
+		return typev3.StatusCode_BadGateway // the server answered with something capsnap cannot read
+	case deny.UnknownListing:
+		return typev3.StatusCode_InternalServerError // Envoy and capsnap disagree on what goes through ext_proc
 	case deny.MalformedRequest, deny.HeaderMismatch:
 		return typev3.StatusCode_BadRequest
 	case deny.UnsupportedEncoding, deny.UnsupportedMediaType:

@@ -80,7 +80,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			if r.ResponseHeaders.GetEndOfStream() {
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
-				resp = s.decide(req, head, nil)
+				resp = s.decide(req, head, nil, false)
 			}
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			if !r.ResponseBody.GetEndOfStream() {
@@ -88,7 +88,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 				// streamed mode is a misconfiguration, and fails closed.
 				head.Streamed = true
 			}
-			resp = s.decide(req, head, r.ResponseBody.GetBody())
+			resp = s.decide(req, head, r.ResponseBody.GetBody(), true)
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		default:
@@ -103,7 +103,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 // decide hands a whole response to the decider and turns its decision into
 // Envoy's answer: the rewritten body with the snapshot's headers, or an
 // immediate response with the JSON-RPC error in the response's place.
-func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte) *extprocv3.ProcessingResponse {
+// atBody says which message is answered: Envoy takes an answer of the
+// other kind as a protocol error.
+func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
 	out := s.decider.Deliver(ticket, head, body)
 	if out.Fail != nil {
@@ -124,7 +126,7 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out.Body}}
 		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, headers([][2]string{{"content-length", strconv.Itoa(len(out.Body))}})...)
 	}
-	if body == nil {
+	if !atBody {
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: common}}}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}

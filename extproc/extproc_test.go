@@ -179,6 +179,20 @@ func TestBodylessResponse(t *testing.T) {
 	}
 }
 
+// An empty body is still a body message, and is answered as one: Envoy
+// takes an answer of the other kind as a protocol error.
+func TestEmptyBodyIsAnsweredAsABody(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{}}
+	s := stream(t, rec)
+	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
+	if resp := roundTrip(t, s, responseBody("", true)); resp.GetResponseBody() == nil {
+		t.Fatalf("answer %v, want a body response", resp)
+	}
+	if rec.calls != 1 || len(rec.body) != 0 {
+		t.Fatalf("%d decisions, body %q", rec.calls, rec.body)
+	}
+}
+
 // Request-side messages (a filter misconfigured to send them) pass as they
 // are: ext_authz decided the request.
 func TestRequestSideContinues(t *testing.T) {

@@ -45,15 +45,20 @@ type DeliveredTool struct {
 
 // ReadToolsList reads doc, the JSON-RPC document of a tools/list response,
 // and returns the response to the request with the given id: doc is that
-// response, or (2025-03-26) a batch that holds it. Anything a client might
-// read differently from capsnap is an error: non-strict JSON, a batch
-// answering the id twice, a result whose tools are not an array of
-// definitions with distinct names.
+// response, or (2025-03-26) a batch that holds it beside requests and
+// notifications. Anything a client might read differently from capsnap is
+// an error: non-strict JSON, more than one response, a result whose tools
+// are not an array of definitions with distinct names.
 func ReadToolsList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) {
 	maxDepth, err := readLimits(id, maxDepth)
 	if err != nil {
 		return nil, err
 	}
+	return readList(doc, id, maxDepth)
+}
+
+// readList is ReadToolsList once the limits are checked.
+func readList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) {
 	if err := checkJSON(doc, maxDepth, true); err != nil {
 		return nil, fmt.Errorf("tools/list response is not strict JSON: %w", err)
 	}
@@ -335,7 +340,7 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 	}
 	switch mt {
 	case "application/json":
-		l, err := ReadToolsList(body, id, maxDepth)
+		l, err := readList(body, id, maxDepth)
 		if err != nil {
 			return nil, err
 		}
@@ -370,7 +375,8 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 			if d.event != nil || len(resps) > 1 {
 				return nil, fmt.Errorf("the stream holds more than one response where one must answer id %s", excerpt(id))
 			}
-			if d.ToolsList, err = ReadToolsList(e.Data, id, maxDepth); err != nil {
+			// The event's data is checked and holds this one response.
+			if d.ToolsList, err = readListResponse(e.Data, resps[0], id); err != nil {
 				return nil, err
 			}
 			d.event = e
