@@ -34,10 +34,10 @@ type Pin struct {
 	SchemaDigest string             `json:"schema_digest"`
 	Effect       policy.EffectClass `json:"effect_class"`
 	PolicyDigest string             `json:"policy_digest"`
-	// Generation is the generation of the live catalog that confirmed the
-	// pinned definition: a definition listed since a later generation
-	// (catalog.Tool.Since) changed after the pin, even if it changed back.
-	Generation uint64 `json:"generation"`
+	// Seq is the store's invalidation sequence when the pin was
+	// confirmed: a tool the store saw change at a later sequence
+	// (Store.ChangedAt) changed after the pin, even if it changed back.
+	Seq uint64 `json:"seq"`
 }
 
 // Snapshot is what one principal was authorized against on one server.
@@ -50,9 +50,9 @@ type Snapshot struct {
 	Session    string
 	ObservedAt time.Time
 	ValidUntil time.Time
-	// CatalogGeneration is the generation of the live catalog when the
-	// snapshot was minted; each pin has the one that confirmed it.
-	CatalogGeneration uint64
+	// Seq is the store's invalidation sequence when the snapshot was
+	// minted; each pin has the one that confirmed it.
+	Seq uint64
 	// NextCursor is the nextCursor of the tools/list page this snapshot
 	// was minted from: the request for the next page continues it.
 	NextCursor string
@@ -99,25 +99,44 @@ func encode(parts ...string) string {
 	return b.String()
 }
 
-// Store is where snapshots live: the seam for a shared store when several
-// replicas must agree.
+// Store is where snapshots live, and what every replica sharing it must
+// agree on: which snapshots exist, which tools changed since a pin, and
+// which calls a sequence rule has seen. It is the seam between the
+// decision and the memory of one process or a store that several share.
+//
+// A read that finds nothing returns false and a nil error; an error means
+// the store cannot answer now (ErrUnavailable), and the caller must deny.
 type Store interface {
 	// Put stores a new snapshot; it is findable as soon as Put returns.
 	Put(s *Snapshot) error
 	// ByEpoch returns the snapshot with that epoch, if it has not expired
 	// from the store.
-	ByEpoch(epoch string) (*Snapshot, bool)
+	ByEpoch(epoch string) (*Snapshot, bool, error)
 	// Latest returns the newest snapshot for (principal, server, session).
-	Latest(principal, serverID, session string) (*Snapshot, bool)
+	Latest(principal, serverID, session string) (*Snapshot, bool, error)
 	// LatestInAnySession returns the newest snapshot for (principal,
 	// server), whatever its session: for a denial that says whether a
 	// call's session, or its principal, has none.
-	LatestInAnySession(principal, serverID string) (*Snapshot, bool)
-	// RecordCall notes that a call to tool was allowed under snapshot s,
-	// for the policy's sequence rules; Called asks.
-	RecordCall(s *Snapshot, tool string)
-	Called(s *Snapshot, tool string) bool
+	LatestInAnySession(principal, serverID string) (*Snapshot, bool, error)
+
+	// Invalidate records that tools of serverID were added, removed or
+	// redefined: every pin of them confirmed before now is void.
+	Invalidate(serverID string, tools []string) error
+	// Seq is the invalidation sequence now: a pin confirmed now carries
+	// it.
+	Seq() (uint64, error)
+	// ChangedAt is the sequence at which the store last saw tool of
+	// serverID change; 0 if never.
+	ChangedAt(serverID, tool string) (uint64, error)
+
+	// Follows reports whether every tool in after has been called, and
+	// allowed, under s. If so and record is set, it notes tool as called
+	// under s, for the sequence rules of later calls.
+	Follows(s *Snapshot, tool string, after []string, record bool) (bool, error)
 }
+
+// ErrUnavailable is wrapped by a store that cannot answer now.
+var ErrUnavailable = errors.New("snapshot store unavailable")
 
 var _ Store = (*Memory)(nil)
 
@@ -132,6 +151,11 @@ type Memory struct {
 	// snapshot_expired included.
 	held atomic.Int64
 	now  func() time.Time
+
+	mu  sync.RWMutex
+	seq uint64
+	// changed maps server, then tool, to the sequence it last changed at.
+	changed map[string]map[string]uint64
 }
 
 // MemoryOptions bound a Memory store.
@@ -156,7 +180,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Memory{retain: o.Retain, now: o.Now}
+	m := &Memory{retain: o.Retain, now: o.Now, changed: map[string]map[string]uint64{}}
 	// Every entry costs 1, so MaxCost counts entries: without
 	// IgnoreInternalCost ristretto adds its own per-entry size to each
 	// cost, and the store would hold a fiftieth of MaxSnapshots. Ten
@@ -206,42 +230,77 @@ func (m *Memory) Put(s *Snapshot) error {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
 	}
 	m.held.Add(1)
-	m.latest.SetWithTTL(latestKey(s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
-	m.latest.SetWithTTL(anySessionKey(s.Principal, s.ServerID), s.Epoch, 1, ttl)
+	m.latest.SetWithTTL(LatestKey(s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
+	m.latest.SetWithTTL(AnySessionKey(s.Principal, s.ServerID), s.Epoch, 1, ttl)
 	m.latest.Wait()
 	return nil
 }
 
 // ByEpoch implements Store.
-func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool) {
-	return m.snapshots.Get(epoch)
+func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool, error) {
+	s, ok := m.snapshots.Get(epoch)
+	return s, ok, nil
 }
 
 // Latest implements Store.
-func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool) {
-	epoch, ok := m.latest.Get(latestKey(principal, serverID, session))
-	if !ok {
-		return nil, false
-	}
-	return m.snapshots.Get(epoch)
+func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool, error) {
+	return m.byKey(LatestKey(principal, serverID, session))
 }
 
 // LatestInAnySession implements Store.
-func (m *Memory) LatestInAnySession(principal, serverID string) (*Snapshot, bool) {
-	epoch, ok := m.latest.Get(anySessionKey(principal, serverID))
-	if !ok {
-		return nil, false
-	}
-	return m.snapshots.Get(epoch)
+func (m *Memory) LatestInAnySession(principal, serverID string) (*Snapshot, bool, error) {
+	return m.byKey(AnySessionKey(principal, serverID))
 }
 
-func latestKey(principal, serverID, session string) string {
+func (m *Memory) byKey(k string) (*Snapshot, bool, error) {
+	epoch, ok := m.latest.Get(k)
+	if !ok {
+		return nil, false, nil
+	}
+	return m.ByEpoch(epoch)
+}
+
+// Invalidate implements Store.
+func (m *Memory) Invalidate(serverID string, tools []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	byTool := m.changed[serverID]
+	if byTool == nil {
+		byTool = map[string]uint64{}
+		m.changed[serverID] = byTool
+	}
+	for _, t := range tools {
+		byTool[t] = m.seq
+	}
+	return nil
+}
+
+// Seq implements Store.
+func (m *Memory) Seq() (uint64, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.seq, nil
+}
+
+// ChangedAt implements Store.
+func (m *Memory) ChangedAt(serverID, tool string) (uint64, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.changed[serverID][tool], nil
+}
+
+// LatestKey names the newest snapshot of (principal, server, session) in a
+// store: length-prefixed (encode), so no choice of names makes two tuples
+// name one snapshot.
+func LatestKey(principal, serverID, session string) string {
 	return encode(principal, serverID, session)
 }
 
-// anySessionKey has two parts where latestKey has three, so the two never
-// collide in the one map.
-func anySessionKey(principal, serverID string) string {
+// AnySessionKey names the newest snapshot of (principal, server). It has
+// two parts where LatestKey has three, so the two never collide in one
+// keyspace.
+func AnySessionKey(principal, serverID string) string {
 	return encode(principal, serverID)
 }
 
@@ -249,32 +308,28 @@ func anySessionKey(principal, serverID string) string {
 // capsnap_snapshots_active gauge.
 func (m *Memory) Held() int64 { return m.held.Load() }
 
-// RecordCall implements Store. A snapshot this store never held records
-// nothing, so a sequence rule over it cannot be satisfied.
-func (m *Memory) RecordCall(s *Snapshot, tool string) {
-	c := s.calls
-	if c == nil || !m.now().Before(s.ValidUntil) {
-		return
-	}
-	c.mu.Lock()
-	if c.done == nil {
-		// Most snapshots are listed and never called under.
-		c.done = map[string]struct{}{}
-	}
-	c.done[tool] = struct{}{}
-	c.mu.Unlock()
-}
-
-// Called implements Store.
-func (m *Memory) Called(s *Snapshot, tool string) bool {
+// Follows implements Store. A snapshot this store never held has seen no
+// calls, so a sequence rule over it cannot be satisfied.
+func (m *Memory) Follows(s *Snapshot, tool string, after []string, record bool) (bool, error) {
 	c := s.calls
 	if c == nil {
-		return false
+		return len(after) == 0, nil
 	}
 	c.mu.Lock()
-	_, ok := c.done[tool]
-	c.mu.Unlock()
-	return ok
+	defer c.mu.Unlock()
+	for _, before := range after {
+		if _, ok := c.done[before]; !ok {
+			return false, nil
+		}
+	}
+	if record && m.now().Before(s.ValidUntil) {
+		if c.done == nil {
+			// Most snapshots are listed and never called under.
+			c.done = map[string]struct{}{}
+		}
+		c.done[tool] = struct{}{}
+	}
+	return true, nil
 }
 
 // NewEpoch returns an unguessable opaque epoch: 128 random bits.

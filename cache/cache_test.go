@@ -26,81 +26,11 @@ func snapshot(principal, server, session string, ttl time.Duration, pins ...Pin)
 
 func TestKeyEncodingIsUnambiguous(t *testing.T) {
 	// Without length prefixes these would both encode as "a|b|c".
-	if a, b := latestKey("a|b", "c", ""), latestKey("a", "b|c", ""); a == b {
+	if a, b := LatestKey("a|b", "c", ""), LatestKey("a", "b|c", ""); a == b {
 		t.Fatalf("two principal/server pairs encode alike: %q", a)
 	}
-	if c, d := latestKey("ab", "", "s"), latestKey("a", "b", "s"); c == d {
+	if c, d := LatestKey("ab", "", "s"), LatestKey("a", "b", "s"); c == d {
 		t.Fatalf("two principal/server pairs encode alike: %q", c)
-	}
-}
-
-// The store finds a snapshot by its epoch alone, and the snapshot holds
-// the rest of the tuple for the caller to match: its principal, its
-// server, and each pinned tool at one digest. (extauthz holds a call to
-// them: principal_mismatch, no_snapshot for another server, schema_drift
-// for another digest.)
-func TestSnapshotHoldsTheWholeTuple(t *testing.T) {
-	m := newStore(t)
-	refund := Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp"}
-	s := snapshot("agent-a", "billing", "", time.Minute, refund)
-	if err := m.Put(s); err != nil {
-		t.Fatal(err)
-	}
-	stored, ok := m.ByEpoch(s.Epoch)
-	if !ok || stored != s || stored.Principal != "agent-a" || stored.ServerID != "billing" {
-		t.Fatalf("ByEpoch = %+v, %v", stored, ok)
-	}
-	if got, ok := stored.Pin("refund"); !ok || got != refund {
-		t.Fatalf("Pin(refund) = %+v, %v", got, ok)
-	}
-	if _, ok := stored.Pin("lookup_order"); ok {
-		t.Error("found a pin for a tool the snapshot does not pin")
-	}
-	if _, ok := m.ByEpoch(NewEpoch()); ok {
-		t.Error("found a snapshot under another epoch")
-	}
-}
-
-func TestLatestPerPrincipalServerSession(t *testing.T) {
-	m := newStore(t)
-	first := snapshot("a", "billing", "s1", time.Minute)
-	second := snapshot("a", "billing", "s1", time.Minute)
-	other := snapshot("a", "billing", "s2", time.Minute)
-	for _, s := range []*Snapshot{first, second, other} {
-		if err := m.Put(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, _ := m.Latest("a", "billing", "s1"); got != second {
-		t.Errorf("Latest(s1) = %v, want the second snapshot", got)
-	}
-	if got, _ := m.Latest("a", "billing", "s2"); got != other {
-		t.Errorf("Latest(s2) = %v, want its own", got)
-	}
-	if _, ok := m.Latest("b", "billing", "s1"); ok {
-		t.Error("another principal found a's snapshot")
-	}
-	if got, _ := m.LatestInAnySession("a", "billing"); got != other {
-		t.Errorf("LatestInAnySession = %v, want the newest of every session", got)
-	}
-	if _, ok := m.LatestInAnySession("a", "payments"); ok {
-		t.Error("a snapshot on billing was found on payments")
-	}
-	// An empty session is a session of its own, not the any-session key.
-	if _, ok := m.Latest("a", "billing", ""); ok {
-		t.Error("Latest with no session found a session's snapshot")
-	}
-	// The older snapshot stays findable by its epoch until it expires.
-	if _, ok := m.ByEpoch(first.Epoch); !ok {
-		t.Error("first snapshot gone")
-	}
-}
-
-func TestExpiredSnapshotIsRefused(t *testing.T) {
-	m := newStore(t)
-	s := snapshot("a", "billing", "", -time.Second)
-	if err := m.Put(s); err == nil {
-		t.Fatal("Put accepted an expired snapshot")
 	}
 }
 
@@ -115,45 +45,24 @@ func TestEpochsAreUnique(t *testing.T) {
 	}
 }
 
-func TestCallsAreRecordedPerSnapshot(t *testing.T) {
+// Once expired (but still retained), a snapshot records nothing.
+func TestExpiredSnapshotRecordsNoCalls(t *testing.T) {
 	now := time.Now()
 	m, err := NewMemory(MemoryOptions{MaxSnapshots: 1000, Retain: time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	a := snapshot("a", "billing", "", time.Minute)
-	b := snapshot("a", "billing", "", time.Minute)
-	for _, s := range []*Snapshot{a, b} {
-		if err := m.Put(s); err != nil {
-			t.Fatal(err)
-		}
+	s := snapshot("a", "billing", "", time.Minute)
+	if err := m.Put(s); err != nil {
+		t.Fatal(err)
 	}
-	if m.Called(a, "lookup_order") {
-		t.Fatal("a call recorded before any was made")
-	}
-	m.RecordCall(a, "lookup_order")
-	if !m.Called(a, "lookup_order") {
-		t.Fatal("recorded call not found")
-	}
-	if m.Called(b, "lookup_order") || m.Called(a, "refund") {
-		t.Fatal("a call leaked into another snapshot or tool")
-	}
-	// Found again by its epoch, the snapshot still has its calls.
-	if got, _ := m.ByEpoch(a.Epoch); !m.Called(got, "lookup_order") {
-		t.Fatal("calls lost between lookups")
-	}
-	// Once expired (but still retained), a snapshot records nothing.
 	now = now.Add(2 * time.Minute)
-	m.RecordCall(b, "lookup_order")
-	if m.Called(b, "lookup_order") {
-		t.Fatal("a call was recorded under an expired snapshot")
+	if _, err := m.Follows(s, "lookup_order", nil, true); err != nil {
+		t.Fatal(err)
 	}
-	// Nor does one this store never held.
-	stray := snapshot("a", "billing", "", time.Hour)
-	m.RecordCall(stray, "lookup_order")
-	if m.Called(stray, "lookup_order") {
-		t.Fatal("a call was recorded under a snapshot the store never held")
+	if ok, _ := m.Follows(s, "refund", []string{"lookup_order"}, false); ok {
+		t.Fatal("a call was recorded under an expired snapshot")
 	}
 }
 
@@ -178,7 +87,7 @@ func TestLargeSnapshotsKeepEveryPin(t *testing.T) {
 		snaps = append(snaps, s)
 	}
 	for _, s := range snaps {
-		stored, ok := m.ByEpoch(s.Epoch)
+		stored, ok, _ := m.ByEpoch(s.Epoch)
 		if !ok {
 			t.Fatalf("snapshot %s lost", s.Epoch)
 		}
@@ -208,7 +117,7 @@ func TestHoldsMaxSnapshots(t *testing.T) {
 		snaps = append(snaps, s)
 	}
 	for i, s := range snaps {
-		if _, ok := m.ByEpoch(s.Epoch); !ok {
+		if _, ok, _ := m.ByEpoch(s.Epoch); !ok {
 			t.Fatalf("snapshot %d of %d evicted below MaxSnapshots", i+1, n)
 		}
 	}

@@ -36,11 +36,6 @@ type Tool struct {
 	// InputSchema is the inputSchema member of Definition, nil if the
 	// definition has none.
 	InputSchema json.RawMessage
-	// Since is the generation of the list in which this definition
-	// appeared and has been listed ever since. A definition that changed
-	// and changed back has the same digest but a later Since: whatever was
-	// decided before the change was decided on evidence that expired.
-	Since uint64
 }
 
 // List is one immutable, complete view of a server's tools. Callers must not
@@ -224,13 +219,6 @@ func (c *Catalog) publish(s *server, defs []json.RawMessage, err error) {
 	var gen uint64 = 1
 	if prev.list != nil {
 		gen = prev.list.Generation + 1
-	}
-	for name, t := range tools {
-		t.Since = gen
-		if p, ok := prev.list.tool(name); ok && p.Digest == t.Digest {
-			t.Since = p.Since
-		}
-		tools[name] = t
 	}
 	next.list = &List{ServerID: s.id, Tools: tools, FetchedAt: now, Generation: gen}
 	s.state.Store(next)

@@ -32,6 +32,10 @@ const (
 	UnknownServer Reason = "unknown_server"
 	// CatalogUnavailable: capsnap has no live view of the server's tools.
 	CatalogUnavailable Reason = "catalog_unavailable"
+	// StoreUnavailable: the snapshot store that replicas share cannot be
+	// read or written within its bound, so no snapshot can be minted or
+	// verified.
+	StoreUnavailable Reason = "store_unavailable"
 	// UnknownTool: the tool is not in the server's live catalog.
 	UnknownTool Reason = "unknown_tool"
 	// UnclassifiedTool: the policy assigns the tool no effect class.

@@ -79,6 +79,10 @@ func (s *Server) list(d *decision, m *mcpparse.Message) *deny.Error {
 	if _, fail := s.live(d.serverID, d.now); fail != nil {
 		return fail
 	}
+	// The response would find no store to mint in.
+	if _, err := s.snapshots.Seq(); err != nil {
+		return storeFailed(err)
+	}
 	cursor, _ := m.ParamString("cursor")
 	d.listing = s.seal(listing{
 		Principal: d.principal, ServerID: d.serverID, Session: d.session, Version: d.version,
@@ -189,16 +193,23 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	if resp.Error {
 		return nil // the server's own error delivers no tools
 	}
+	snap, fail := s.newSnapshot(d)
+	if fail != nil {
+		return fail
+	}
 	live, fail := s.live(d.serverID, d.now)
 	if fail != nil {
 		return fail
 	}
-	snap := s.newSnapshot(d, live)
 	snap.NextCursor = resp.NextCursor
 	// A later page continues the snapshot of the pages before it, so that
 	// a call is held to whichever page delivered its tool: the pins carry
-	// over with the generation that confirmed each, never the lifetime.
-	if prev, ok := s.continues(d, l.Cursor); ok {
+	// over with the sequence that confirmed each, and so does the lifetime.
+	prev, ok, fail := s.continues(d, l.Cursor)
+	if fail != nil {
+		return fail
+	}
+	if ok {
 		snap.Pins = slices.Clone(prev.Pins)
 		snap.ValidUntil = prev.ValidUntil
 	}
@@ -219,14 +230,12 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		}
 		keep[i] = true
 		if earlier[t.Name] == "" {
-			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: live.Generation})
+			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
 		}
 	}
-	if err := s.snapshots.Put(snap); err != nil {
-		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
+	if fail := s.store(d, snap); fail != nil {
+		return fail
 	}
-	s.metrics.mintedFor(d.serverID)
-	d.snapshot = snap
 	out.Body = resp.Rewrite(keep, snap.ValidUntil.Sub(d.now).Milliseconds())
 	return nil
 }
@@ -258,15 +267,18 @@ func (s *Server) withhold(d *decision, r *Rules, list *catalog.List, t mcpparse.
 // continues returns the snapshot a page request with cursor continues: the
 // newest one for the same principal, server and session (Latest's key),
 // still valid, whose page's nextCursor was cursor.
-func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool) {
+func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool, *deny.Error) {
 	if cursor == "" {
-		return nil, false
+		return nil, false, nil
 	}
-	prev, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	prev, ok, err := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	if err != nil {
+		return nil, false, storeFailed(err)
+	}
 	if !ok || prev.NextCursor != cursor || !d.now.Before(prev.ValidUntil) {
-		return nil, false
+		return nil, false, nil
 	}
-	return prev, true
+	return prev, true, nil
 }
 
 // errorAnswer reports whether a response of an error status is one that

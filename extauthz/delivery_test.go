@@ -293,7 +293,7 @@ func TestDeliverKeepsDeliveredAndGranted(t *testing.T) {
 			if deliveredHeader(out, HeaderReason) != "" {
 				t.Errorf("a delivered response carries a reason: %v", out.Headers)
 			}
-			snap, ok := f.snapshots.ByEpoch(epoch)
+			snap, ok, _ := f.snapshots.ByEpoch(epoch)
 			if !ok {
 				t.Fatalf("no snapshot %s", epoch)
 			}
@@ -473,7 +473,7 @@ func TestDeliverPageRedeliversAtAnotherDigest(t *testing.T) {
 	if got := deliveredNames(t, p2.Body); !slices.Equal(got, []string{"refund"}) {
 		t.Errorf("page 2 delivered %v", got)
 	}
-	snap, _ := f.snapshots.ByEpoch(deliveredHeader(p2, HeaderEpoch))
+	snap, _, _ := f.snapshots.ByEpoch(deliveredHeader(p2, HeaderEpoch))
 	if pin, ok := snap.Pin("lookup_order"); !ok || pin.SchemaDigest != toolDigest(t, oldLookup) {
 		t.Errorf("lookup_order pinned %+v, want page 1's digest", pin)
 	}
@@ -765,7 +765,7 @@ func TestDeliverFailures(t *testing.T) {
 					t.Errorf("withheld %v on a refused response", out.Withheld)
 				}
 				for _, who := range []string{support, auditor} {
-					if snap, ok := f.snapshots.Latest(who, "billing", ""); ok {
+					if snap, ok, _ := f.snapshots.Latest(who, "billing", ""); ok {
 						t.Errorf("a refused response minted %s for %s", snap.Epoch, who)
 					}
 				}
@@ -835,7 +835,7 @@ func TestDeliverPassesThrough(t *testing.T) {
 			if out.Status != 0 || deliveredHeader(out, HeaderEpoch) != "" || deliveredHeader(out, HeaderReason) != "" || len(out.Withheld) != 0 {
 				t.Errorf("status %d, headers %v, withheld %v", out.Status, out.Headers, out.Withheld)
 			}
-			if snap, ok := f.snapshots.Latest(support, "billing", ""); ok {
+			if snap, ok, _ := f.snapshots.Latest(support, "billing", ""); ok {
 				t.Errorf("minted %s", snap.Epoch)
 			}
 			if got := f.call(t, checkCase{Principal: support, Body: callBody("refund")}); got.reason != deny.NoSnapshot {

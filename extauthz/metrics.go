@@ -192,7 +192,7 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.snapshot != nil {
 		ev = ev.Str("epoch", d.snapshot.Epoch).Time("valid_until", d.snapshot.ValidUntil)
 		if d.tool == "" {
-			ev = ev.Int("pinned_tools", len(d.snapshot.Pins)).Uint64("catalog_generation", d.snapshot.CatalogGeneration)
+			ev = ev.Int("pinned_tools", len(d.snapshot.Pins)).Uint64("seq", d.snapshot.Seq)
 		}
 	}
 	if d.digest != "" {

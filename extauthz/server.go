@@ -151,15 +151,21 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// CatalogChanged counts the tools a catalog change added, removed or
-// redefined: each is invalidated in every snapshot of serverID, because a
-// pin holds only while the live definition has been listed since before the
-// snapshot (catalog.Tool.Since). It is the catalog's OnChange, and never adds
-// a tool to a snapshot: snapshots are immutable.
+// CatalogChanged invalidates the tools a catalog change added, removed or
+// redefined in every snapshot of serverID, through the store, so that every
+// replica sharing it holds them void: a pin holds only while its tool has
+// not changed since it was confirmed (Store.ChangedAt), even if it changed
+// back. It is the catalog's OnChange, and never adds a tool to a snapshot:
+// snapshots are immutable. A catalog's first list changes nothing anyone
+// pinned.
 func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed []string) {
-	if next.Generation > 1 {
-		s.metrics.invalidated(serverID, len(changed))
+	if next.Generation <= 1 {
+		return
 	}
+	s.metrics.invalidated(serverID, len(changed))
+	// A store that cannot record it now keeps it, and denies every
+	// decision, until it can (cache/redis).
+	_ = s.snapshots.Invalidate(serverID, changed)
 }
 
 // Ready reports whether capsnap can decide calls: rules are in force (they
@@ -175,6 +181,9 @@ func (s *Server) Ready() error {
 		if _, fail := s.live(id, s.now()); fail != nil {
 			return fail
 		}
+	}
+	if _, err := s.snapshots.Seq(); err != nil {
+		return storeFailed(err)
 	}
 	return nil
 }
@@ -315,11 +324,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return s.list(d, m)
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
-		if fail := s.verifyCall(d); fail != nil {
-			return fail
-		}
-		s.snapshots.RecordCall(d.snapshot, d.tool)
-		return nil
+		return s.verifyCall(d)
 	}
 }
 
@@ -371,20 +376,47 @@ func (s *Server) live(serverID string, now time.Time) (*catalog.List, *deny.Erro
 // approves at their live digest), from capsnap's own live view of the
 // server, never from what the response will say.
 func (s *Server) mint(d *decision) *deny.Error {
+	snap, fail := s.newSnapshot(d)
+	if fail != nil {
+		return fail
+	}
 	list, fail := s.live(d.serverID, d.now)
 	if fail != nil {
 		return fail
 	}
-	snap := s.newSnapshot(d, list)
 	r := s.rules.Load()
 	for name, t := range list.Tools {
 		rule, err := r.Policy.Decide(d.principal, d.serverID, name)
 		if err != nil || (r.Lock != nil && !r.Lock.Approved(d.serverID, name, t.Digest)) {
 			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
-		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Generation: list.Generation})
+		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
 	}
+	return s.store(d, snap)
+}
+
+// newSnapshot starts the snapshot a tools/list mints: no pins yet, and the
+// store's invalidation sequence, which every pin confirmed now carries.
+// The sequence is read before the live view is, so a change that lands
+// between the two voids the pin rather than slipping past it.
+func (s *Server) newSnapshot(d *decision) (*cache.Snapshot, *deny.Error) {
+	seq, err := s.snapshots.Seq()
+	if err != nil {
+		return nil, storeFailed(err)
+	}
+	return &cache.Snapshot{
+		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
+		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), Seq: seq,
+	}, nil
+}
+
+// store puts a minted snapshot in the store: the decision's snapshot once
+// any replica can find it.
+func (s *Server) store(d *decision, snap *cache.Snapshot) *deny.Error {
 	if err := s.snapshots.Put(snap); err != nil {
+		if errors.Is(err, cache.ErrUnavailable) {
+			return storeFailed(err)
+		}
 		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)
 	}
 	s.metrics.mintedFor(d.serverID)
@@ -392,12 +424,10 @@ func (s *Server) mint(d *decision) *deny.Error {
 	return nil
 }
 
-// newSnapshot starts the snapshot a tools/list mints: no pins yet.
-func (s *Server) newSnapshot(d *decision, list *catalog.List) *cache.Snapshot {
-	return &cache.Snapshot{
-		Epoch: s.newEpoch(), Principal: d.principal, ServerID: d.serverID, Session: d.session,
-		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), CatalogGeneration: list.Generation,
-	}
+// storeFailed is the denial of every decision the snapshot store cannot
+// serve: nothing is minted or allowed without it.
+func storeFailed(err error) *deny.Error {
+	return deny.Errorf(deny.StoreUnavailable, "%v", err)
 }
 
 // verifyCall holds one tools/call to its snapshot and to what is live now,
@@ -450,8 +480,12 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.tool, live.Digest, pin.SchemaDigest)
 	}
 	// A definition that changed and changed back is still new evidence:
-	// list_changed invalidated the snapshot's view of it.
-	if live.Since > pin.Generation {
+	// list_changed, seen by any replica, invalidated the pin.
+	changed, err := s.snapshots.ChangedAt(d.serverID, d.tool)
+	if err != nil {
+		return storeFailed(err)
+	}
+	if changed > pin.Seq {
 		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
 	}
 	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
@@ -488,10 +522,14 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 			return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
 		}
 	}
-	for _, before := range rule.After {
-		if !s.snapshots.Called(snap, before) {
-			return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, before, snap.Epoch)
-		}
+	// Last: an allowed call a sequence rule names is recorded here, and a
+	// denied one never is.
+	follows, err := s.snapshots.Follows(snap, d.tool, rule.After, rule.Precedes)
+	if err != nil {
+		return storeFailed(err)
+	}
+	if !follows {
+		return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, strings.Join(rule.After, " and "), snap.Epoch)
 	}
 	return nil
 }
@@ -523,17 +561,27 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 // server and session.
 func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
 	if d.clientEpoch != "" {
-		snap, ok := s.snapshots.ByEpoch(d.clientEpoch)
+		snap, ok, err := s.snapshots.ByEpoch(d.clientEpoch)
+		if err != nil {
+			return nil, storeFailed(err)
+		}
 		s.metrics.lookedUp(ok)
 		if !ok {
 			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot has epoch %q (it may have expired long ago); list tools again", d.clientEpoch)
 		}
 		return snap, nil
 	}
-	snap, ok := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	snap, ok, err := s.snapshots.Latest(d.principal, d.serverID, d.session)
+	if err != nil {
+		return nil, storeFailed(err)
+	}
 	s.metrics.lookedUp(ok)
 	if !ok {
-		if _, elsewhere := s.snapshots.LatestInAnySession(d.principal, d.serverID); elsewhere {
+		_, elsewhere, err := s.snapshots.LatestInAnySession(d.principal, d.serverID)
+		if err != nil {
+			return nil, storeFailed(err)
+		}
+		if elsewhere {
 			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this session on server %q (this principal holds snapshots in other sessions); list tools in this session first", d.serverID)
 		}
 		return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this principal on server %q; list tools first", d.serverID)

@@ -93,6 +93,7 @@ func (p *Policy) compileTools(rules []ToolRule) error {
 			if !slices.Contains(ct.after, a) {
 				ct.after = append(ct.after, a)
 			}
+			p.tools[toolKey{t.Server, a}].precedes = true
 		}
 		slices.Sort(ct.after)
 	}
@@ -275,6 +276,7 @@ func decideTool(rule string, t *tool, g *grant, via string) (*outcome, error) {
 		Rule:         rule,
 		Constraints:  slices.Concat(t.constraints, g.constraints),
 		After:        t.after,
+		Precedes:     t.precedes,
 		Capabilities: t.capabilities,
 	}
 	return o, nil

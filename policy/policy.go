@@ -206,7 +206,9 @@ type tool struct {
 	effect       EffectClass
 	capabilities []string // sorted, distinct
 	after        []string // sorted, distinct
-	constraints  []*Constraint
+	// precedes is set when another tool's after names this one.
+	precedes    bool
+	constraints []*Constraint
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -261,6 +263,9 @@ type Decision struct {
 	// After are the tools of the same server that must have been called,
 	// and allowed, earlier under the same snapshot; sorted.
 	After []string
+	// Precedes is set when a sequence rule names this tool in its After:
+	// a store records the calls to it, and to no other tool.
+	Precedes bool
 	// Capabilities are the tags the tool exercises; sorted.
 	Capabilities []string
 }

@@ -170,6 +170,14 @@ func TestSeedPolicy(t *testing.T) {
 	if d.Effect != MoneyMove || !slices.Equal(d.After, []string{"lookup_order"}) || !slices.Equal(d.Capabilities, []string{"payments.refund"}) {
 		t.Errorf("billing/refund decision = %+v", d)
 	}
+	// Calls to lookup_order are recorded for refund's rule; no other
+	// tool's are.
+	if d.Precedes {
+		t.Error("refund precedes nothing, but its decision says it does")
+	}
+	if lookup, err := p.Decide(support, "billing", "lookup_order"); err != nil || !lookup.Precedes {
+		t.Errorf("billing/lookup_order decision = %+v, %v; want Precedes", lookup, err)
+	}
 	var names []string
 	for _, c := range d.Constraints {
 		names = append(names, c.Name)

@@ -1,0 +1,19 @@
+package cache_test
+
+import (
+	"testing"
+
+	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/cache/storetest"
+)
+
+func TestMemoryKeepsTheStoreContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) cache.Store {
+		m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		return m
+	})
+}
