@@ -46,6 +46,11 @@ type Config struct {
 	// PolicyPoll is how often the policy file (and its lockfile) is
 	// checked for changes; a change reloads it, never loosening.
 	PolicyPoll time.Duration `yaml:"policy_poll_interval"`
+	// Drain is how long capsnap reports NOT_SERVING on grpc.health.v1
+	// after SIGTERM before it stops taking Checks: long enough for Envoy's
+	// active health check to route to the other replicas first. Zero
+	// stops at once.
+	Drain time.Duration `yaml:"drain"`
 	// Denials configures what a denial tells the caller.
 	Denials Denials `yaml:"denials"`
 	// Principal says where the acting identity comes from.
@@ -194,8 +199,85 @@ type Snapshots struct {
 	// TTL is how long a snapshot is valid after it is minted: short, so a
 	// snapshot is never a standing grant.
 	TTL time.Duration `yaml:"ttl"`
-	// MaxSnapshots bounds memory: the least recently used go first.
+	// MaxSnapshots bounds memory: the least recently used go first. With
+	// the redis store it bounds the snapshots each replica keeps a copy
+	// of; Redis holds every one until it expires.
 	MaxSnapshots int64 `yaml:"max_snapshots"`
+	// Store is where snapshots live: StoreMemory (this process only) or
+	// StoreRedis (shared by every replica).
+	Store string `yaml:"store"`
+	// Redis configures StoreRedis.
+	Redis Redis `yaml:"redis"`
+}
+
+// The snapshot stores.
+const (
+	StoreMemory = "memory"
+	StoreRedis  = "redis"
+)
+
+// Redis is the shared snapshot store of several replicas.
+type Redis struct {
+	// Addr is host:port of a Redis (or Valkey) 6 or later: the store
+	// relies on RESP3 client-side caching.
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	// PasswordFile holds the password (ACL or requirepass), if any.
+	PasswordFile string `yaml:"password_file"`
+	DB           int    `yaml:"db"`
+	// KeyPrefix starts every key capsnap writes.
+	KeyPrefix string `yaml:"key_prefix"`
+	// SecretFile holds the key (at least 32 bytes) that authenticates
+	// every record; every replica sharing the store has the same. It also
+	// authenticates the tickets a tools/list hands its response, which
+	// may reach another replica.
+	SecretFile string `yaml:"secret_file"`
+	// TLS, when CAFile is set, connects to Redis over TLS verified
+	// against it, with a client certificate if CertFile and KeyFile are.
+	TLS RedisTLS `yaml:"tls"`
+	// Timeout bounds each operation: a Redis slower than this is
+	// unavailable, and every tools/list and tools/call is denied
+	// store_unavailable until it answers in time again.
+	Timeout time.Duration `yaml:"timeout"`
+	// ProbeInterval is how often capsnap checks Redis: how long it takes
+	// at most to see it gone, or back.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+}
+
+// RedisTLS configures TLS to Redis.
+type RedisTLS struct {
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+// MinSecretBytes is the least a snapshots.redis.secret_file may hold.
+const MinSecretBytes = 32
+
+// ReadSecret reads the secret file: its bytes, less a final newline.
+func (r Redis) ReadSecret() ([]byte, error) {
+	b, err := os.ReadFile(r.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots.redis.secret_file: %w", err)
+	}
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if len(b) < MinSecretBytes {
+		return nil, fmt.Errorf("snapshots.redis.secret_file: %s holds %d bytes, fewer than %d (make one with: head -c 32 /dev/urandom | base64 > %s)", r.SecretFile, len(b), MinSecretBytes, filepath.Base(r.SecretFile))
+	}
+	return b, nil
+}
+
+// ReadPassword reads the password file, if one is configured.
+func (r Redis) ReadPassword() (string, error) {
+	if r.PasswordFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(r.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("snapshots.redis.password_file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 // MaxSnapshotTTL is the ceiling on snapshots.ttl.
@@ -239,11 +321,12 @@ func Default() Config {
 		},
 		PolicyPoll: 2 * time.Second,
 		Denials:    Denials{ListAllowedTools: true, Status: StatusOK, CallForm: CallFormError},
-		Snapshots:  Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000},
-		Discovery:  Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
-		Catalog:    Catalog{MaxAge: 2 * time.Minute},
-		Limits:     Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
-		Log:        Log{Level: "info", Format: "json"},
+		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000, Store: StoreMemory,
+			Redis: Redis{KeyPrefix: "capsnap:", Timeout: 200 * time.Millisecond, ProbeInterval: 500 * time.Millisecond}},
+		Discovery: Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
+		Catalog:   Catalog{MaxAge: 2 * time.Minute},
+		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
+		Log:       Log{Level: "info", Format: "json"},
 	}
 }
 
@@ -305,6 +388,9 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	c.PolicyFile = abs(c.PolicyFile)
 	c.Audit.Path = abs(c.Audit.Path)
+	r := &c.Snapshots.Redis
+	r.SecretFile, r.PasswordFile = abs(r.SecretFile), abs(r.PasswordFile)
+	r.TLS.CAFile, r.TLS.CertFile, r.TLS.KeyFile = abs(r.TLS.CAFile), abs(r.TLS.CertFile), abs(r.TLS.KeyFile)
 	for i := range c.Servers {
 		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
 	}
@@ -330,6 +416,9 @@ func (c Config) Validate() error {
 	if c.PolicyFile == "" {
 		return errors.New("policy_file: required")
 	}
+	if c.Drain < 0 || c.Drain > time.Minute {
+		return fmt.Errorf("drain: %s is outside 0..1m", c.Drain)
+	}
 	if c.PolicyPoll < 100*time.Millisecond {
 		return fmt.Errorf("policy_poll_interval: %s is below 100ms", c.PolicyPoll)
 	}
@@ -346,6 +435,9 @@ func (c Config) Validate() error {
 	// so the ceiling is what fits comfortably in memory.
 	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 1_000_000 {
 		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..1000000", c.Snapshots.MaxSnapshots)
+	}
+	if err := c.Snapshots.validateStore(); err != nil {
+		return fmt.Errorf("snapshots.%w", err)
 	}
 	switch c.Discovery.Bind {
 	case BindDelivered, BindCatalog:
@@ -389,6 +481,39 @@ func (c Config) Validate() error {
 	case "json", "console":
 	default:
 		return fmt.Errorf("log.format: %q is not json or console", c.Log.Format)
+	}
+	return nil
+}
+
+func (s Snapshots) validateStore() error {
+	switch s.Store {
+	case StoreMemory:
+		if s.Redis.Addr != "" {
+			return fmt.Errorf("redis.addr: set, but store is %s; say store: %s to use it", StoreMemory, StoreRedis)
+		}
+		return nil
+	case StoreRedis:
+	default:
+		return fmt.Errorf("store: %q is not %s or %s", s.Store, StoreMemory, StoreRedis)
+	}
+	r := s.Redis
+	switch {
+	case r.Addr == "":
+		return errors.New("redis.addr: required with store redis")
+	case validAddr(r.Addr) != nil:
+		return fmt.Errorf("redis.addr: %w", validAddr(r.Addr))
+	case r.SecretFile == "":
+		return errors.New("redis.secret_file: required: without a shared secret, write access to Redis would mint snapshots")
+	case r.DB < 0 || r.DB > 15:
+		return fmt.Errorf("redis.db: %d is outside 0..15", r.DB)
+	case r.Timeout < 10*time.Millisecond || r.Timeout > 5*time.Second:
+		return fmt.Errorf("redis.timeout: %s is outside 10ms..5s", r.Timeout)
+	case r.ProbeInterval < 50*time.Millisecond || r.ProbeInterval > 10*time.Second:
+		return fmt.Errorf("redis.probe_interval: %s is outside 50ms..10s", r.ProbeInterval)
+	case (r.TLS.CertFile == "") != (r.TLS.KeyFile == ""):
+		return errors.New("redis.tls: cert_file and key_file go together")
+	case r.TLS.CAFile == "" && (r.TLS.CertFile != "" || r.TLS.ServerName != ""):
+		return errors.New("redis.tls.ca_file: required to use TLS")
 	}
 	return nil
 }

@@ -62,3 +62,24 @@ func TestLoadValid(t *testing.T) {
 		t.Errorf("a catalog file has no protocol version, got %q", c.Servers[1].ProtocolVersion)
 	}
 }
+
+func TestRedisSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) Redis {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Redis{SecretFile: p}
+	}
+	key := strings.Repeat("k", MinSecretBytes)
+	if b, err := write("ok", key+"\n").ReadSecret(); err != nil || string(b) != key {
+		t.Errorf("ReadSecret = %q, %v; want the key without its newline", b, err)
+	}
+	if _, err := write("short", key[1:]+"\n").ReadSecret(); err == nil || !strings.Contains(err.Error(), "fewer than 32") {
+		t.Errorf("a 31-byte secret: %v", err)
+	}
+	if _, err := (Redis{SecretFile: filepath.Join(dir, "none")}).ReadSecret(); err == nil || !strings.Contains(err.Error(), "snapshots.redis.secret_file") {
+		t.Errorf("a missing secret file: %v", err)
+	}
+}

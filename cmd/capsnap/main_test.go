@@ -32,6 +32,8 @@ func TestCommands(t *testing.T) {
 		{"check missing file", []string{"check", "--config", "testdata/nope.yaml"}, exitFailure, "", "no such file"},
 		{"check invalid policy", []string{"check", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", `tools[0].effect: unknown effect class "superuser"`},
 		{"check invalid catalog", []string{"check", "--config", "testdata/bad-catalog.yaml"}, exitFailure, "", `tool "a" is listed twice`},
+		{"check redis secret too short", []string{"check", "--config", "testdata/redis-short-secret.yaml"}, exitFailure, "", "short.key holds 9 bytes, fewer than 32"},
+		{"serve redis secret too short", []string{"serve", "--config", "testdata/redis-short-secret.yaml"}, exitFailure, "", "snapshots.redis.secret_file"},
 		{"serve invalid policy", []string{"serve", "--config", "testdata/bad-policy.yaml"}, exitFailure, "", "unknown effect class"},
 		{"digest", []string{"digest", "testdata/tools.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\nlookup_order sha256:[0-9a-f]{64}\nexport_ledger sha256:[0-9a-f]{64}\n$`, ""},
 		{"digest response", []string{"digest", "testdata/response.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\n$`, ""},

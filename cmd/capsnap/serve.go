@@ -28,7 +28,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/capsnap/capsnap/audit"
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
@@ -54,6 +53,11 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if _, err := sources(cfg, zerolog.Nop(), nil); err != nil {
 		return err
+	}
+	if cfg.Snapshots.Store == config.StoreRedis {
+		if _, err := redisOptions(cfg.Snapshots.Redis); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
 	return nil
@@ -104,21 +108,19 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	cat = catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
 		srv.CatalogChanged(id, prev, next, changed)
 	}})
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
+	reg.MustRegister(cat)
+	store, err := openStore(cfg, log, auditLog, reg)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	reg.MustRegister(cat, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "capsnap", Name: "snapshots_active",
-		Help: "Snapshots held in memory, including expired ones kept to answer snapshot_expired.",
-	}, func() float64 { return float64(store.Held()) }))
+	defer store.close()
 	srv, err = extauthz.New(extauthz.Options{
 		Catalog:          cat,
 		Servers:          cat.Servers(),
 		Rules:            rules,
 		Denials:          cfg.Denials,
-		Snapshots:        store,
+		Snapshots:        store.Store,
+		ListingKey:       store.listingKey,
 		SnapshotTTL:      cfg.Snapshots.TTL,
 		Bind:             cfg.Discovery.Bind,
 		MaxResponseBytes: cfg.Discovery.MaxResponseBytes,
@@ -165,6 +167,12 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	g.Go(func() error {
 		<-ctx.Done()
 		hs.Shutdown()
+		if cfg.Drain > 0 {
+			// NOT_SERVING first: Envoy's health check moves new Checks to
+			// the other replicas before this one stops taking them.
+			log.Info().Dur("drain", cfg.Drain).Msg("shutting down: draining")
+			time.Sleep(cfg.Drain)
+		}
 		log.Info().Msg("shutting down: finishing in-flight checks")
 		done := make(chan struct{})
 		go func() { gs.GracefulStop(); close(done) }()
