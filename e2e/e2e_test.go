@@ -302,10 +302,18 @@ func TestGRPCHealth(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, svc := range []string{"", "envoy.service.auth.v3.Authorization"} {
-		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			t.Fatalf("health of %q: %v, %v", svc, resp.GetStatus(), err)
+	// SERVING follows readiness (which startStack waited for) by at most
+	// one poll of it.
+	for _, svc := range []string{"", "envoy.service.auth.v3.Authorization", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		for {
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("health of %q: %v, %v", svc, resp.GetStatus(), err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }

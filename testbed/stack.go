@@ -20,15 +20,18 @@ import (
 // Ports are the loopback ports of one stack.
 type Ports struct {
 	Envoy, EnvoyAdmin, GRPC, Admin, Billing, Payments int
+	// GRPC2 and Admin2 are the second capsnap replica's, with
+	// StackOptions.Redis.
+	GRPC2, Admin2 int
 }
 
 // DemoPorts are the ports envoy/demo.yaml and capsnap's defaults use.
-var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081, Payments: 8082}
+var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081, Payments: 8082, GRPC2: 9011, Admin2: 9012}
 
 // RandomPorts picks free ports, so that tests can run side by side.
 func RandomPorts() (Ports, error) {
 	var p Ports
-	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing, &p.Payments} {
+	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing, &p.Payments, &p.GRPC2, &p.Admin2} {
 		n, err := FreePort()
 		if err != nil {
 			return Ports{}, err
@@ -83,6 +86,10 @@ type StackOptions struct {
 	// server's admin calls (Stats, ServerStats, Redeploy,
 	// RollOutHandlers) do not apply to it.
 	ServerCommand func(id, addr string) (bin string, args []string, env []string)
+	// Redis, if set, is the address of a Redis: two capsnap replicas then
+	// share it as their snapshot store, behind one Envoy cluster (round
+	// robin, gRPC health-checked). Replica 0 is Capsnap.
+	Redis string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -91,6 +98,8 @@ type StackOptions struct {
 type Stack struct {
 	opts                              StackOptions
 	Envoy, Capsnap, Billing, Payments *Process
+	// Replica2 is the second capsnap replica, with StackOptions.Redis.
+	Replica2 *Process
 	// EnvoyVersion is what the running Envoy says it is.
 	EnvoyVersion string
 }
@@ -114,12 +123,15 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, "policy.yaml"), o.Policy, 0o600); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "capsnap.yaml"), []byte(s.capsnapConfig()), 0o600); err != nil {
-		return nil, fmt.Errorf("stack: %w", err)
+	if err := s.writeCapsnapConfigs(); err != nil {
+		return nil, err
 	}
 	envoyYAML := o.EnvoyYAML
 	if envoyYAML == nil {
 		envoyYAML = EnvoyConfig(o.Ports)
+	}
+	if o.Redis != "" {
+		envoyYAML = replicaCluster(envoyYAML, o.Ports)
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "envoy.yaml"), envoyYAML, 0o600); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
@@ -133,6 +145,11 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	}
 	if err := s.StartCapsnap(ctx); err != nil {
 		return nil, err
+	}
+	if o.Redis != "" {
+		if err := s.StartReplica(ctx, 1); err != nil {
+			return nil, err
+		}
 	}
 	s.Envoy, err = Start("envoy", o.Envoy, []string{
 		"-c", filepath.Join(o.Dir, "envoy.yaml"),
@@ -230,7 +247,9 @@ func (s *Stack) serverAddr(id string) string {
 	return addr(s.opts.Ports.Billing)
 }
 
-func (s *Stack) capsnapConfig() string {
+// capsnapConfig is replica's capsnap.yaml; servers, if not nil, replaces
+// its servers section.
+func (s *Stack) capsnapConfig(replica int, servers string) string {
 	ttl := s.opts.SnapshotTTL
 	if ttl == 0 {
 		ttl = 5 * time.Minute
@@ -243,32 +262,35 @@ func (s *Stack) capsnapConfig() string {
 	if s.opts.Denials != "" {
 		denials = "denials: " + s.opts.Denials
 	}
-	return fmt.Sprintf(`grpc_addr: %s
-admin_addr: %s
-policy_file: policy.yaml
-%s
-%s
-servers:
+	if servers == "" {
+		servers = fmt.Sprintf(`servers:
   - id: billing
     url: %s/mcp
     resync_interval: 2s
   - id: payments
     url: %s/mcp
-    resync_interval: 2s
-snapshots: {ttl: %s}
+    resync_interval: 2s`, s.ServerURL("billing"), s.ServerURL("payments"))
+	}
+	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
+	if s.opts.Redis != "" {
+		// Probed often, so that the tests see Redis go and come back
+		// quickly; drained, so that a replica stopping loses no Check.
+		snapshots = fmt.Sprintf("snapshots: {ttl: %s, store: redis, redis: {addr: %q, secret_file: snapshot.key, probe_interval: 100ms}}\ndrain: 600ms", ttl, s.opts.Redis)
+	}
+	return fmt.Sprintf(`grpc_addr: %s
+admin_addr: %s
+policy_file: policy.yaml
+%s
+%s
+%s
+%s
 catalog: {max_age: 10s, allow_stale_reads: %t}
 log: {level: info, format: json}
-`, addr(s.opts.Ports.GRPC), addr(s.opts.Ports.Admin), principal, denials, s.ServerURL("billing"), s.ServerURL("payments"), ttl, s.opts.AllowStaleReads)
+`, addr(s.grpcPort(replica)), addr(s.adminPort(replica)), principal, denials, servers, snapshots, s.opts.AllowStaleReads)
 }
 
 // StartCapsnap (re)starts capsnap and waits until its catalog is ready.
-func (s *Stack) StartCapsnap(ctx context.Context) (err error) {
-	s.Capsnap, err = Start("capsnap", s.opts.Capsnap, []string{"serve", "--config", filepath.Join(s.opts.Dir, "capsnap.yaml")}, s.opts.Tee)
-	if err != nil {
-		return err
-	}
-	return WaitHTTP(ctx, fmt.Sprintf("http://%s/readyz", addr(s.opts.Ports.Admin)), s.Capsnap)
-}
+func (s *Stack) StartCapsnap(ctx context.Context) error { return s.StartReplica(ctx, 0) }
 
 // MCPURL is the billing server's MCP endpoint behind Envoy.
 func (s *Stack) MCPURL() string { return s.RouteURL("billing") }
@@ -348,7 +370,7 @@ func (s *Stack) deploy(ctx context.Context, id, path, variant string) error {
 
 // Close stops every process, Envoy first.
 func (s *Stack) Close() {
-	for _, p := range []*Process{s.Envoy, s.Capsnap, s.Billing, s.Payments} {
+	for _, p := range []*Process{s.Envoy, s.Capsnap, s.Replica2, s.Billing, s.Payments} {
 		if p != nil {
 			_ = p.Stop()
 		}

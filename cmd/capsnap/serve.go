@@ -35,6 +35,10 @@ import (
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
+// healthServices are the grpc.health.v1 names capsnap answers for: the
+// server as a whole, and each service Envoy calls.
+var healthServices = []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
+
 // shutdownGrace bounds how long in-flight Checks may take to finish.
 const shutdownGrace = 10 * time.Second
 
@@ -147,7 +151,13 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes) + 64<<10))
 	authv3.RegisterAuthorizationServer(gs, srv)
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
+	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
+	// Envoy that health-checks its replicas sends a starting one no Check
+	// before it can decide them.
 	hs := health.NewServer()
+	for _, svc := range healthServices {
+		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	healthpb.RegisterHealthServer(gs, hs)
 	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log), ReadHeaderTimeout: 5 * time.Second}
 
@@ -185,9 +195,19 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		return admin.Shutdown(sctx)
 	})
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	g.Go(func() error {
+		for srv.Ready() != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		for _, svc := range healthServices {
+			hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+		}
+		return nil
+	})
 	log.Info().Str("grpc_addr", cfg.GRPCAddr).Str("admin_addr", cfg.AdminAddr).
 		Str("policy_digest", rules.Policy.Digest()).Str("version", versionString()).Msg("capsnap serving")
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
