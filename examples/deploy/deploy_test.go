@@ -226,7 +226,7 @@ func (m manifests) all(kind string) []object {
 }
 
 func TestYAMLFilesParse(t *testing.T) {
-	for _, dir := range []string{"kubernetes", "istio", "prometheus"} {
+	for _, dir := range []string{"kubernetes", "kubernetes/redis", "istio", "prometheus"} {
 		for _, f := range yamlFiles(t, dir) {
 			docs := readDocs(t, f)
 			if dir == "prometheus" {
@@ -238,7 +238,7 @@ func TestYAMLFilesParse(t *testing.T) {
 				}
 				// The Kubernetes manifests are applied with -n: a namespace
 				// written into one would split the deployment.
-				if dir == "kubernetes" && o.Metadata.Namespace != "" {
+				if strings.HasPrefix(dir, "kubernetes") && o.Metadata.Namespace != "" {
 					t.Errorf("%s: %s %q sets metadata.namespace; leave it to kubectl -n", f, o.Kind, o.Metadata.Name)
 				}
 			}
@@ -356,7 +356,10 @@ type deployment struct {
 	Spec struct {
 		Replicas *int `yaml:"replicas"`
 		Strategy struct {
-			Type string `yaml:"type"`
+			Type          string `yaml:"type"`
+			RollingUpdate struct {
+				MaxUnavailable *intOrString `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
 		} `yaml:"strategy"`
 		Selector labelSelector `yaml:"selector"`
 		Template struct {
@@ -371,6 +374,9 @@ type deployment struct {
 					ConfigMap *struct {
 						Name string `yaml:"name"`
 					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -497,13 +503,33 @@ func TestDeployment(t *testing.T) {
 	k := loadK8s(t)
 	d, c, pod := k.deploy.Spec, k.capsnap, k.deploy.Spec.Template.Spec
 
-	// Snapshots are in memory: a second replica would deny every call that
-	// lands on it (no_snapshot) until there is a shared store.
-	if d.Replicas == nil || *d.Replicas != 1 {
-		t.Errorf("replicas must be exactly 1 while snapshots are in memory")
+	// Several replicas give one verdict only if they share the snapshot
+	// store, and a rolling update keeps every snapshot only then.
+	if d.Replicas == nil || *d.Replicas < 3 {
+		t.Errorf("replicas: want at least 3, so that a drain or a rollout never leaves one")
 	}
-	if d.Strategy.Type != "Recreate" {
-		t.Errorf("strategy %q: a rolling update runs two capsnaps that do not share snapshots; use Recreate", d.Strategy.Type)
+	if k.cfg.Snapshots.Store != config.StoreRedis {
+		t.Errorf("%d replicas on snapshots.store %q: a call that reaches another replica than its tools/list is denied no_snapshot; use %s", *d.Replicas, k.cfg.Snapshots.Store, config.StoreRedis)
+	}
+	if d.Strategy.Type != "RollingUpdate" || d.Strategy.RollingUpdate.MaxUnavailable == nil || d.Strategy.RollingUpdate.MaxUnavailable.value != "0" {
+		t.Errorf("strategy %+v: want RollingUpdate with maxUnavailable 0", d.Strategy)
+	}
+	if k.cfg.Drain <= 0 {
+		t.Errorf("drain is 0: a stopping replica would refuse Checks before its endpoint is gone")
+	}
+	// The shared secret is mounted where capsnap.yaml reads it, from a
+	// Secret, never from the ConfigMap.
+	secretDir := path.Dir(k.cfg.Snapshots.Redis.SecretFile)
+	mounted := false
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == vm.Name && v.Secret != nil && vm.MountPath == secretDir {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("snapshots.redis.secret_file %s is not in a mounted Secret", k.cfg.Snapshots.Redis.SecretFile)
 	}
 	labels := k.deploy.Spec.Template.Metadata.Labels
 	if !hasLabels(labels, d.Selector.MatchLabels) {
@@ -512,8 +538,8 @@ func TestDeployment(t *testing.T) {
 	if sa := k.m.one(t, "ServiceAccount").Metadata.Name; pod.ServiceAccountName != sa {
 		t.Errorf("serviceAccountName %q, want the ServiceAccount %q (Istio exempts capsnap by it)", pod.ServiceAccountName, sa)
 	}
-	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= capsnapShutdown {
-		t.Errorf("terminationGracePeriodSeconds must exceed capsnap's shutdown (%s), or SIGKILL cuts in-flight Checks", capsnapShutdown)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= k.cfg.Drain+capsnapShutdown {
+		t.Errorf("terminationGracePeriodSeconds must exceed capsnap's drain and shutdown (%s), or SIGKILL cuts in-flight Checks", k.cfg.Drain+capsnapShutdown)
 	}
 
 	// Ports: the ones capsnap.yaml listens on.
@@ -620,6 +646,75 @@ func TestPodDisruptionBudget(t *testing.T) {
 	}
 	if (pdb.Spec.MinAvailable == nil) == (pdb.Spec.MaxUnavailable == nil) {
 		t.Errorf("PodDisruptionBudget: set exactly one of minAvailable and maxUnavailable")
+	}
+	// A budget that allows no eviction blocks every node drain.
+	if m := pdb.Spec.MinAvailable; m != nil {
+		if n, err := strconv.Atoi(m.value); err != nil || n < 1 || n >= *k.deploy.Spec.Replicas {
+			t.Errorf("PodDisruptionBudget minAvailable %q: want 1..%d, below the %d replicas", m.value, *k.deploy.Spec.Replicas-1, *k.deploy.Spec.Replicas)
+		}
+	}
+}
+
+// The development Redis of examples/kubernetes/redis is the one
+// capsnap.yaml names, reachable by capsnap's pods alone, and never evicts
+// the keys capsnap keeps without a TTL.
+func TestDevelopmentRedis(t *testing.T) {
+	k := loadK8s(t)
+	m := loadManifests(t, "kubernetes/redis")
+	host, port, err := net.SplitHostPort(k.cfg.Snapshots.Redis.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svc service
+	svcObj, ok := m["Service"]["/"+host] // applied with -n: no namespace
+	if !ok {
+		t.Fatalf("snapshots.redis.addr %s: examples/kubernetes/redis has no Service %q", k.cfg.Snapshots.Redis.Addr, host)
+	}
+	svcObj.decode(t, &svc, false)
+	if len(svc.Spec.Ports) != 1 || strconv.Itoa(svc.Spec.Ports[0].Port) != port {
+		t.Errorf("Service %s ports %+v, want %s", host, svc.Spec.Ports, port)
+	}
+	var sts struct {
+		Spec struct {
+			Template struct {
+				Metadata objectMeta `yaml:"metadata"`
+				Spec     struct {
+					Containers []struct {
+						Args []string `yaml:"args"`
+					} `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	m.one(t, "StatefulSet").decode(t, &sts, false)
+	if !hasLabels(sts.Spec.Template.Metadata.Labels, svc.Spec.Selector) {
+		t.Errorf("Service %s does not select the Redis pods", host)
+	}
+	args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--maxmemory-policy noeviction") {
+		t.Errorf("Redis args %q: want --maxmemory-policy noeviction (the invalidation keys have no TTL)", args)
+	}
+	var np struct {
+		Spec struct {
+			PodSelector labelSelector `yaml:"podSelector"`
+			Ingress     []struct {
+				From []struct {
+					PodSelector       *labelSelector `yaml:"podSelector"`
+					NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+				} `yaml:"from"`
+			} `yaml:"ingress"`
+		} `yaml:"spec"`
+	}
+	m.one(t, "NetworkPolicy").decode(t, &np, false)
+	if !hasLabels(sts.Spec.Template.Metadata.Labels, np.Spec.PodSelector.MatchLabels) {
+		t.Errorf("the Redis NetworkPolicy does not select the Redis pods")
+	}
+	for _, in := range np.Spec.Ingress {
+		for _, f := range in.From {
+			if f.NamespaceSelector != nil || f.PodSelector == nil || !hasLabels(k.deploy.Spec.Template.Metadata.Labels, f.PodSelector.MatchLabels) {
+				t.Errorf("the Redis NetworkPolicy admits %+v, want capsnap's pods only", f)
+			}
+		}
 	}
 }
 
