@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -40,18 +41,20 @@ type Redis struct {
 	bin  string
 	dir  string
 	port int
+	args []string
 	proc *Process
 }
 
-// StartRedis starts a Redis for t; t's cleanup stops it.
-func StartRedis(t testing.TB) *Redis {
+// StartRedis starts a Redis for t, with args added to its command line
+// (TLS, a password); t's cleanup stops it.
+func StartRedis(t testing.TB, args ...string) *Redis {
 	t.Helper()
 	bin := RedisServer(t)
 	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Redis{bin: bin, dir: t.TempDir(), port: port}
+	r := &Redis{bin: bin, dir: t.TempDir(), port: port, args: args}
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,17 +68,19 @@ func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Ito
 // Start starts the server (again, after Stop: empty) and waits until it
 // answers PING.
 func (r *Redis) Start() error {
-	p, err := Start("redis", r.bin, []string{
+	p, err := Start("redis", r.bin, append([]string{
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--loglevel", "warning",
-	}, nil)
+	}, r.args...), nil)
 	if err != nil {
 		return err
 	}
 	r.proc = p
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := r.Do("PING"); err == nil {
+		// Any answer will do: with a password it is NOAUTH.
+		var refused *RedisError
+		if _, err := r.Do("PING"); err == nil || errors.As(err, &refused) {
 			return nil
 		} else if time.Now().After(deadline) || p.Exited() {
 			_ = p.Stop()
@@ -122,6 +127,11 @@ func (r *Redis) Do(args ...string) (string, error) {
 	return readReply(bufio.NewReader(c))
 }
 
+// RedisError is an error reply: Redis answered, and refused.
+type RedisError struct{ Reply string }
+
+func (e *RedisError) Error() string { return "redis: " + e.Reply }
+
 // readReply reads one RESP2 reply; an array's elements are joined by
 // newlines.
 func readReply(br *bufio.Reader) (string, error) {
@@ -137,7 +147,7 @@ func readReply(br *bufio.Reader) (string, error) {
 	case '+', ':':
 		return line[1:], nil
 	case '-':
-		return "", fmt.Errorf("redis: %s", line[1:])
+		return "", &RedisError{Reply: line[1:]}
 	case '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil || n < 0 {
