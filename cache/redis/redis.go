@@ -395,6 +395,12 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 			return s.unavailable()
 		}
 	}
+	// A Redis that restarted empty under the write holds the snapshot
+	// under the old incarnation, where no replica can read it: this one
+	// must not keep it either.
+	if now, _, err := s.current(); err != nil || now.incarnation != v.incarnation {
+		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.o.Addr)
+	}
 	s.local.SetWithTTL(snap.Epoch, snap, 1, keep)
 	return nil
 }
