@@ -60,6 +60,10 @@ var knownMetrics = map[string]string{
 	"capsnap_snapshot_lookups_total":       "counter",
 	"capsnap_deliveries_total":             "counter",
 	"capsnap_tools_withheld_total":         "counter",
+	"capsnap_store_up":                     "gauge",
+	"capsnap_store_failures_total":         "counter",
+	"capsnap_store_records_rejected_total": "counter",
+	"capsnap_store_resyncs_total":          "counter",
 }
 
 // The drift reasons, as in deny/deny.go; the drift alert and panel select
