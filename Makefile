@@ -58,9 +58,10 @@ e2e: envoy sdk-clients redis
 		$(GO) test -race -tags e2e -count=1 -v ./e2e/
 
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
-# their figures and assert none.
-bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime 100x -benchmem -short ./...
+# their figures and assert none. Those of the shared store run against a
+# real Redis, as in make unit.
+bench-smoke: redis
+	$(REDIS_ENV) $(GO) test -run '^$$' -bench . -benchtime 100x -benchmem -short ./...
 
 # Every fuzz target for a bounded number of inputs beyond its committed
 # corpus (which plain go test already replays); what they find is fixed
