@@ -387,6 +387,8 @@ type sdkDenial struct {
 	Detail       string   `json:"detail"`
 	Tool         string   `json:"tool"`
 	AllowedTools []string `json:"allowed_tools"`
+	// Epoch is the snapshot the call was decided under, if any.
+	Epoch string `json:"epoch"`
 }
 
 // denialOf fails unless st failed with the SDK's MCP error carrying
