@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 func Markdown(r *Results, svgPath string) []byte {
 	var b strings.Builder
 	sections := []func(*strings.Builder, *Results){
-		header, machine, targets, grpcSection(svgPath), envoySection, deliverySection, scaleSection, hotPathSection, invalidationSection, missedSection, methodSection,
+		header, machine, targets, storeFigures, grpcSection(svgPath), envoySection, deliverySection, scaleSection, hotPathSection, invalidationSection, storeSection, missedSection, methodSection,
 	}
 	for i, s := range sections {
 		if i > 0 {
@@ -40,7 +41,7 @@ func machine(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Machine\n\n")
 	table(b, []string{"", ""}, [][]string{
 		{"CPU", m.CPU}, {"cores", fmt.Sprint(m.Cores)}, {"kernel", m.Kernel}, {"Go", m.Go},
-		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz", m.Ghz}, {"date", m.Date},
+		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz", m.Ghz}, {"Redis", m.Redis}, {"date", m.Date},
 		{"load average at start", m.LoadAvg},
 	})
 	fmt.Fprintf(b, "\nThe load generator (ghz, or the harness's MCP client through Envoy) shares these %d cores with the servers it measures, "+
@@ -135,12 +136,16 @@ func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 
 func envoySection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Through the real Envoy\n\n")
-	fmt.Fprintf(b, "%d MCP sessions post `%s` through Envoy to billing, with no ext_authz filter, with ext_authz to the floor, and with ext_authz to capsnap (the same filter settings, from `envoy/demo.yaml`). "+
+	fmt.Fprintf(b, "%d MCP sessions post `%s` through Envoy to billing, with no ext_authz filter, with ext_authz to the floor, and with ext_authz to capsnap (the same filter settings, from `envoy/demo.yaml`); "+
+		"then, on the shared snapshot store, to capsnap on Redis and to two capsnap replicas sharing that Redis behind one cluster (see [Shared snapshot store](#shared-snapshot-store-redis)). "+
 		"Added latency is over the run without ext_authz. Every call of these runs succeeded: one that did not would have failed the benchmark.\n\n", r.Method.EnvoyWorkers, r.Method.EnvoyCall)
 	none, _ := r.Mode(ModeNone)
 	var rows [][]string
-	for _, m := range Modes {
-		e, _ := r.Mode(m)
+	for _, m := range append(slices.Clone(Modes), StoreModes...) {
+		e, ok := r.Mode(m)
+		if !ok && slices.Contains(StoreModes, m) {
+			continue
+		}
 		added50, added99 := "–", "–"
 		if m != ModeNone {
 			added50, added99 = signed(e.P50-none.P50), signed(e.P99-none.P99)
@@ -308,8 +313,9 @@ func methodSection(b *strings.Builder, r *Results) {
 		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
 		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take turns A B C C B A, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, m.EnvoyRun/2, m.EnvoyPerWorker/2),
 		fmt.Sprintf("**tools/list through the response path.** `testbed/cmd/mcpfixture` serves %d generated tools as JSON (not SSE); a policy generated from its list classifies every one and grants one principal %d, spread over the list. Two capsnaps run that policy with the development header principal, one with `discovery.bind: delivered` (the default) and one with `bind: catalog`; two Envoys run `envoy/demo.yaml`, the second without its `capsnap.ext_proc` filter and otherwise the same. The harness posts raw stateless MCP 2026-07-28 `tools/list` requests (`MCP-Protocol-Version` and `Mcp-Method` headers) from %d workers on their own kept-alive connections, and times each from sending it to reading its whole body. Every listing must be HTTP 200 with an `x-capsnap-epoch` header and exactly the expected tool names, and neither capsnap's `capsnap_decisions_total` may count a denial during the turns, or the benchmark fails.", r.Delivery.CatalogTools, r.Delivery.GrantedTools, r.Delivery.Workers),
-		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one. A benchmark that does not exist is reported as not run.",
+		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
+		storeMethod(r),
 		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while ghz loads them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
 	} {
 		fmt.Fprintf(b, "- %s\n", line)

@@ -193,3 +193,63 @@ func TestDeliveryTarget(t *testing.T) {
 		t.Errorf("%+v", tg)
 	}
 }
+
+// withStore adds the shared store's figures to a sample run.
+func withStore(r *Results) *Results {
+	bench := func(name string, metrics map[string]float64) gobench.Result {
+		return gobench.Result{Pkg: "github.com/capsnap/capsnap/extauthz", Name: name, Metrics: metrics}
+	}
+	r.Store.Bench = []gobench.Result{
+		bench("BenchmarkCheckStore/memory", map[string]float64{"ns/op": 10_000, "B/op": 2000, "allocs/op": 22}),
+		bench("BenchmarkCheckStore/redis", map[string]float64{"ns/op": 90_000, "B/op": 3000, "allocs/op": 48}),
+		bench("BenchmarkCheckStore/memory_fresh", map[string]float64{"ns/op": 20_000, "B/op": 2050, "allocs/op": 22}),
+		bench("BenchmarkCheckStore/redis_other_replica", map[string]float64{"ns/op": 400_000, "B/op": 8100, "allocs/op": 100}),
+		bench("BenchmarkSnapshotsRedis/snapshots=10000", map[string]float64{"ns/op": 110_000, "redis-B/snapshot": 1028,
+			"snapshot-key-B": 712, "pointer-key-B": 184, "record-B": 619, "pins/snapshot": 2}),
+	}
+	r.Envoy = append(r.Envoy,
+		EnvoyRun{Mode: ModeRedis, Result: mcpload.Result{Calls: 80, RPS: 800, P50: 4 * time.Millisecond, P99: 9 * time.Millisecond}},
+		EnvoyRun{Mode: ModeReplicas, Result: mcpload.Result{Calls: 70, RPS: 700, P50: 5 * time.Millisecond, P99: 12 * time.Millisecond}},
+	)
+	r.Store.Invalidation = Invalidation{
+		Trials: []Trial{{Variant: "description_edit", Elapsed: 12 * time.Millisecond, Written: 11 * time.Millisecond, Post: time.Millisecond, Polls: 20, Allowed: 19}},
+		Min:    12 * time.Millisecond, P50: 12 * time.Millisecond, P99: 12 * time.Millisecond, Max: 12 * time.Millisecond,
+	}
+	r.Machine.Redis = "Redis 7.0.15"
+	return r
+}
+
+func TestStoreSections(t *testing.T) {
+	r := withStore(sample())
+	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	for _, want := range []string{
+		"## Shared snapshot store (issue 15): figures, no targets",
+		"| the allowed Check on the Redis store, snapshot held | `BenchmarkCheckStore/redis`",
+		"| 90 µs, 48 allocs (memory store: 10 µs, 22 allocs) |",
+		"| 400 µs, 100 allocs (memory store, a new snapshot each Check: 20 µs, 22 allocs) |",
+		"| 700 calls/s, p50 5.00 ms, p99 12.0 ms (one replica on Redis: 800 calls/s, p50 4.00 ms, p99 9.00 ms; one on the memory store: 1000 calls/s, p50 3.00 ms, p99 5.00 ms) |",
+		"| p50 12.0 ms, p99 12.0 ms (max 12.0 ms, 1 trials) |", "1 trials, each: mint a snapshot on A",
+		"| 1028 B/snapshot → 0.96 GiB per 1,000,000; one snapshot key 712 B, its pointer 184 B |",
+		"| ext_authz → 2 capsnaps on Redis | 700 | 5.00 ms | 12.0 ms |", // in the Envoy table too
+		"## Shared snapshot store (Redis)", "real Redis 7.0.15 on loopback",
+		"| Redis | held: minted by this replica, or read before | 90 µs | 9.0× | 3000 | 48 | `redis` |",
+		"| Redis | new for each Check, minted by another replica: first use here | 400 µs | 40.0× | 8100 | 100 | `redis_other_replica` |",
+		"| two replicas, one Redis | 700 | 0.70× | 5.00 ms | +2.00 ms | 12.0 ms | 70 |",
+		"| 1 | 12.0 ms | 11.0 ms | 1.00 ms | 20 | 19 |",
+		"| 10,000 | 1028 B | 0.96 GiB | 712 B | 184 B | 619 B | 2 | 110 µs |",
+		"**Shared snapshot store.**", "| Redis | Redis 7.0.15 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
+		}
+	}
+	// Figures, not targets.
+	if n := len(Evaluate(r)); n != 7 {
+		t.Errorf("%d targets", n)
+	}
+	md = string(Markdown(sample(), "x.svg"))
+	if strings.Contains(md, ModeRedis) || !strings.Contains(md, "| the allowed Check on the Redis store, snapshot held |") ||
+		!strings.Contains(md, "not run (memory store: not run)") {
+		t.Error("a run without the shared store's steps does not say so")
+	}
+}

@@ -32,6 +32,17 @@ const (
 // Modes is the order modes are run and shown in.
 var Modes = []string{ModeNone, ModeFloor, ModeCapsnap}
 
+// The modes of the load through Envoy on the shared snapshot store (issue
+// 15): capsnap on Redis, one replica and two behind one cluster.
+const (
+	ModeRedis    = "ext_authz → capsnap on Redis"
+	ModeReplicas = "ext_authz → 2 capsnaps on Redis"
+)
+
+// StoreModes run in the same turns as Modes, after them; the chart leaves
+// them out.
+var StoreModes = []string{ModeRedis, ModeReplicas}
+
 // Results is one run of make bench.
 type Results struct {
 	Started time.Time     `json:"started"`
@@ -47,7 +58,9 @@ type Results struct {
 	// Delivery is tools/list through the response path, against the
 	// same Envoy without it.
 	Delivery Delivery `json:"delivery"`
-	Targets  []Target `json:"targets"`
+	// Store is the shared snapshot store's figures (issue 15).
+	Store   Store    `json:"store"`
+	Targets []Target `json:"targets"`
 	// LiveProfile is capsnap's and the floor's CPU profiles under load,
 	// and CPUBreakdown their CPU per Check by part, from those profiles.
 	LiveProfile  *Profile  `json:"live_profile,omitempty"`
@@ -71,6 +84,7 @@ type Machine struct {
 	Envoy   string `json:"envoy"`
 	OPA     string `json:"opa_envoy"`
 	Ghz     string `json:"ghz"`
+	Redis   string `json:"redis"`
 	Date    string `json:"date"`
 	LoadAvg string `json:"loadavg_at_start"`
 }
@@ -133,6 +147,9 @@ type Trial struct {
 	Polls        int `json:"polls"`
 	Allowed      int `json:"allowed"`
 	HandlerDrift int `json:"handler_drift"`
+	// Written, across replicas, is from the same start until the
+	// invalidation was in Redis (the store's sequence moved).
+	Written time.Duration `json:"written_ns,omitempty"`
 }
 
 // Run is the GRPC run of server at concurrency c, if any.
@@ -187,3 +204,15 @@ type Delivery struct {
 
 // Ran is whether the delivery step measured anything.
 func (d Delivery) Ran() bool { return d.With.Calls > 0 && d.Without.Calls > 0 }
+
+// Store is what the shared snapshot store on Redis costs (issue 15), which
+// sets no numeric target: figures, not verdicts.
+type Store struct {
+	// Bench is BenchmarkCheckStore's and BenchmarkSnapshotsRedis's
+	// results (extauthz, against a real redis-server).
+	Bench []gobench.Result `json:"bench"`
+	// Invalidation is the time from a redeploy that replica A sees to the
+	// first drift denial on replica B, which serves the server from a
+	// static catalog and learns of the change only through the store.
+	Invalidation Invalidation `json:"invalidation"`
+}

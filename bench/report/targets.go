@@ -59,7 +59,15 @@ const (
 	BenchCheckAllowed = "BenchmarkCheckAllowed"
 	BenchCatalogSize  = "BenchmarkCheckCatalogSize/tools=%d"
 	BenchSnapshots    = "BenchmarkSnapshotsLive/snapshots=%d"
+	// BenchCheckStore's cases are StoreCases; BenchSnapshotsRedis runs
+	// RedisSnapshots snapshots.
+	BenchCheckStore     = "BenchmarkCheckStore/%s"
+	BenchSnapshotsRedis = "BenchmarkSnapshotsRedis/snapshots=%d"
+	RedisSnapshots      = 10_000
 )
+
+// StoreCases are BenchmarkCheckStore's cases, in the order shown.
+var StoreCases = []string{"memory", "redis", "memory_fresh", "redis_other_replica"}
 
 // CatalogSizes and SnapshotCounts are the scale benchmarks' cases.
 var (
