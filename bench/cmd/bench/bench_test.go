@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -47,6 +49,55 @@ func TestWithoutExtProc(t *testing.T) {
 	}
 	if _, err := withoutExtProc(out); err == nil {
 		t.Fatal("removed an ext_proc filter from a configuration without one")
+	}
+}
+
+func TestWithEndpoints(t *testing.T) {
+	out, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9011"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		StaticResources struct {
+			Clusters []struct {
+				Name           string `yaml:"name"`
+				LoadAssignment struct {
+					Endpoints []struct {
+						LBEndpoints []struct {
+							Endpoint struct {
+								Address struct {
+									SocketAddress struct {
+										Address   string `yaml:"address"`
+										PortValue int    `yaml:"port_value"`
+									} `yaml:"socket_address"`
+								} `yaml:"address"`
+							} `yaml:"endpoint"`
+						} `yaml:"lb_endpoints"`
+					} `yaml:"endpoints"`
+				} `yaml:"load_assignment"`
+			} `yaml:"clusters"`
+		} `yaml:"static_resources"`
+	}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string][]int{}
+	for _, c := range cfg.StaticResources.Clusters {
+		for _, e := range c.LoadAssignment.Endpoints {
+			for _, lb := range e.LBEndpoints {
+				a := lb.Endpoint.Address.SocketAddress
+				if a.Address != "127.0.0.1" {
+					t.Errorf("%s: endpoint address %q", c.Name, a.Address)
+				}
+				ports[c.Name] = append(ports[c.Name], a.PortValue)
+			}
+		}
+	}
+	if !slices.Equal(ports["capsnap"], []int{9001, 9011}) || !slices.Equal(ports["billing"], []int{8081}) {
+		t.Fatalf("endpoints %v", ports)
+	}
+	if _, err := withEndpoints(out, []string{"127.0.0.1:9021"}); err == nil {
+		t.Fatal("added to a capsnap cluster that already has two endpoints")
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -62,14 +63,46 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		return err
 	}
 	closeConn()
-	_, denied, err := cs.decisions(ctx)
+	// The shared store (issue 15): capsnap on Redis, and two replicas
+	// sharing that Redis under their own key prefix.
+	redis, redisAddr, err := h.startRedis(ctx, "redis-envoy")
 	if err != nil {
 		return err
 	}
+	defer h.stop(redis)
+	var onRedis [3]*capsnapServer
+	for i, name := range []string{"capsnap-envoy-redis", "capsnap-envoy-replica-0", "capsnap-envoy-replica-1"} {
+		prefix := "one:"
+		if i > 0 {
+			prefix = "two:"
+		}
+		snapshots, err := h.redisSnapshots(redisAddr, prefix)
+		if err != nil {
+			return err
+		}
+		c, err := h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: "{source: header, insecure_header: true}",
+			policy: cs.policy, snapshots: snapshots})
+		if err != nil {
+			return err
+		}
+		defer h.stop(c.server)
+		onRedis[i] = c
+	}
+	capsnaps := append([]*capsnapServer{cs}, onRedis[:]...)
+	denied := make([]float64, len(capsnaps))
+	for i, c := range capsnaps {
+		if _, denied[i], err = c.decisions(ctx); err != nil {
+			return err
+		}
+	}
 
-	authz := map[string]string{report.ModeNone: "", report.ModeFloor: noopAddr, report.ModeCapsnap: cs.grpcAddr}
+	authz := map[string][]string{
+		report.ModeNone: nil, report.ModeFloor: {noopAddr}, report.ModeCapsnap: {cs.grpcAddr},
+		report.ModeRedis: {onRedis[0].grpcAddr}, report.ModeReplicas: {onRedis[1].grpcAddr, onRedis[2].grpcAddr},
+	}
+	all := append(slices.Clone(report.Modes), report.StoreModes...)
 	modes := map[string]*envoyMode{}
-	for _, mode := range report.Modes {
+	for _, mode := range all {
 		m, err := h.startMode(ctx, mode, billingURL, authz[mode])
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
@@ -78,20 +111,22 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		modes[mode] = m
 	}
 	samples := map[string][]mcpload.Sample{}
-	for _, mode := range append(slices.Clone(report.Modes), reversed(report.Modes)...) {
+	for _, mode := range append(slices.Clone(all), reversed(all)...) {
 		s, err := modes[mode].measure(ctx, h.o.envoyRun/2, envoyPerWorker/2)
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
 		samples[mode] = append(samples[mode], s)
 	}
-	if _, after, err := cs.decisions(ctx); err != nil || after != denied {
-		return fmt.Errorf("capsnap denied %.0f requests during the runs (%v): the figures would include denials", after-denied, err)
+	for i, c := range capsnaps {
+		if _, after, err := c.decisions(ctx); err != nil || after != denied[i] {
+			return fmt.Errorf("%s denied %.0f requests during the runs (%v): the figures would include denials", c.Name, after-denied[i], err)
+		}
 	}
-	for _, mode := range report.Modes {
+	for _, mode := range all {
 		res := mcpload.Summarize(samples[mode]...)
 		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res})
-		h.logf("   %-20s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
+		h.logf("   %-32s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
 	}
 	return nil
 }
@@ -103,7 +138,7 @@ type envoyMode struct {
 }
 
 // startMode starts the Envoy of mode and opens and warms its sessions.
-func (h *harness) startMode(ctx context.Context, mode, billingURL, authz string) (*envoyMode, error) {
+func (h *harness) startMode(ctx context.Context, mode, billingURL string, authz []string) (*envoyMode, error) {
 	envoy, url, err := h.startEnvoy(ctx, mode, billingURL, authz)
 	if err != nil {
 		return nil, err
@@ -142,14 +177,21 @@ func reversed(s []string) []string {
 }
 
 // startEnvoy runs Envoy in front of billing, its ext_authz filter pointed
-// at authz (none if ""), and returns it with its route to billing.
-func (h *harness) startEnvoy(ctx context.Context, mode, billingURL, authz string) (*server, string, error) {
-	var edit func([]byte) ([]byte, error)
-	if authz == "" {
-		edit = withoutExtAuthz
+// at authz (none if empty; round robin over several), and returns it with
+// its route to billing.
+func (h *harness) startEnvoy(ctx context.Context, mode, billingURL string, authz []string) (*server, string, error) {
+	name := map[string]string{
+		report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap",
+		report.ModeRedis: "envoy-redis", report.ModeReplicas: "envoy-replicas",
+	}[mode]
+	if len(authz) == 0 {
+		return h.startEnvoyNamed(ctx, name, billingURL, "", withoutExtAuthz)
 	}
-	name := map[string]string{report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap"}[mode]
-	return h.startEnvoyNamed(ctx, name, billingURL, authz, edit)
+	var edit func([]byte) ([]byte, error)
+	if len(authz) > 1 {
+		edit = func(cfg []byte) ([]byte, error) { return withEndpoints(cfg, authz[1:]) }
+	}
+	return h.startEnvoyNamed(ctx, name, billingURL, authz[0], edit)
 }
 
 // startEnvoyNamed runs Envoy as name on envoy/demo.yaml in front of
@@ -255,6 +297,64 @@ func withoutFilter(cfg []byte, name string) ([]byte, error) {
 		return nil, fmt.Errorf("envoy config: found %d %s filters, want 1", removed, name)
 	}
 	return yaml.Marshal(&doc)
+}
+
+// withEndpoints is an Envoy configuration whose capsnap cluster has
+// addrs as further endpoints after its one, round robin (Envoy's default
+// policy), and is otherwise the same.
+func withEndpoints(cfg []byte, addrs []string) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(cfg, &doc); err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	var lbEndpoints *yaml.Node
+	if root := doc.Content; len(root) == 1 {
+		if clusters := mappingNode(root[0], "static_resources", "clusters"); clusters != nil && clusters.Kind == yaml.SequenceNode {
+			for _, c := range clusters.Content {
+				if mappingValue(c, "name") != "capsnap" {
+					continue
+				}
+				if eps := mappingNode(c, "load_assignment", "endpoints"); eps != nil && eps.Kind == yaml.SequenceNode && len(eps.Content) == 1 {
+					lbEndpoints = mappingNode(eps.Content[0], "lb_endpoints")
+				}
+			}
+		}
+	}
+	if lbEndpoints == nil || lbEndpoints.Kind != yaml.SequenceNode || len(lbEndpoints.Content) != 1 {
+		return nil, errors.New("envoy config: no capsnap cluster with one endpoint to add to")
+	}
+	for _, addr := range addrs {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		var ep yaml.Node
+		if err := yaml.Unmarshal([]byte(fmt.Sprintf("endpoint: {address: {socket_address: {address: %q, port_value: %s}}}", host, port)), &ep); err != nil {
+			return nil, err
+		}
+		lbEndpoints.Content = append(lbEndpoints.Content, ep.Content[0])
+	}
+	return yaml.Marshal(&doc)
+}
+
+// mappingNode follows keys down nested mappings from m; nil if one is
+// missing.
+func mappingNode(m *yaml.Node, keys ...string) *yaml.Node {
+	for _, key := range keys {
+		var next *yaml.Node
+		if m.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(m.Content); i += 2 {
+				if m.Content[i].Value == key {
+					next = m.Content[i+1]
+				}
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		m = next
+	}
+	return m
 }
 
 // dropNamed removes from seq every mapping whose name is name.

@@ -38,9 +38,15 @@ func (h *harness) invalidation(ctx context.Context) error {
 	// Each trial changes refund's definition: away from the baseline and
 	// back to it, in turn.
 	variants := []string{billing.DescriptionEdit, billing.Baseline}
-	inv := &h.results.Invalidation
+	return h.trials(&h.results.Invalidation, func(i int) (report.Trial, error) {
+		return trial(ctx, stack, sess, variants[i%len(variants)])
+	})
+}
+
+// trials runs the run's number of trials into inv, and sums them up.
+func (h *harness) trials(inv *report.Invalidation, trial func(i int) (report.Trial, error)) error {
 	for i := range h.o.trials {
-		t, err := trial(ctx, stack, sess, variants[i%len(variants)])
+		t, err := trial(i)
 		if err != nil {
 			return fmt.Errorf("trial %d: %w", i+1, err)
 		}

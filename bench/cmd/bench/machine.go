@@ -58,7 +58,7 @@ func (h *harness) findBinaries(context.Context) error {
 		}
 	}
 	h.envoy = envoy
-	return nil
+	return h.findRedis()
 }
 
 // checkPeers refuses peers at other versions than the pinned ones: their
@@ -127,6 +127,7 @@ func machineOf(goVersion []byte, envoyVersion string, kernel, load []byte, h *ha
 		Envoy:   envoyRelease(envoyVersion),
 		OPA:     fmt.Sprintf("opa-envoy-plugin %s (OPA %s)", opaVersion, depVersion(h.opaEnvoy, "github.com/open-policy-agent/opa")),
 		Ghz:     "ghz " + ghzVersion,
+		Redis:   redisVersion(h.redis),
 		Date:    h.started.UTC().Format(time.RFC3339),
 		LoadAvg: loadAvg,
 	}

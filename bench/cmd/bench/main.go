@@ -63,6 +63,8 @@ func run(ctx context.Context, o options) error {
 		{"scale: catalog sizes and live snapshots", h.scale},
 		{"hot path Go benchmarks", h.hotPath},
 		{"invalidation through Envoy", h.invalidation},
+		{"shared store: the Check on Redis, Redis memory per snapshot", h.storeBenchmarks},
+		{"shared store: invalidation across two replicas", h.replicaInvalidation},
 		{"judge the targets, profile the misses", h.judge},
 		{"write the report", h.write},
 	}

@@ -71,14 +71,17 @@ func allowed(resp *authv3.CheckResponse) error {
 	if resp.GetStatus() != nil && resp.GetStatus().GetCode() == 0 && resp.GetDeniedResponse() == nil {
 		return nil
 	}
-	d := resp.GetDeniedResponse()
-	reason := ""
-	for _, h := range d.GetHeaders() {
+	return fmt.Errorf("denied (status %d, reason %q): %s", resp.GetStatus().GetCode(), denialReason(resp), resp.GetDeniedResponse().GetBody())
+}
+
+// denialReason is the x-capsnap-reason of a denied Check ("" if allowed).
+func denialReason(resp *authv3.CheckResponse) string {
+	for _, h := range resp.GetDeniedResponse().GetHeaders() {
 		if h.GetHeader().GetKey() == "x-capsnap-reason" {
-			reason = h.GetHeader().GetValue()
+			return h.GetHeader().GetValue()
 		}
 	}
-	return fmt.Errorf("denied (status %d, reason %q): %s", resp.GetStatus().GetCode(), reason, d.GetBody())
+	return ""
 }
 
 // mint lists tools as the agent, which makes capsnap mint a snapshot, and

@@ -41,6 +41,8 @@ func (h *harness) startBilling(ctx context.Context, name string, pin bool) (*ser
 type capsnapServer struct {
 	*server
 	grpcAddr, adminURL string
+	// policy is the policy it runs.
+	policy []byte
 }
 
 // startCapsnap starts capsnap deciding for billing at billingURL under
@@ -63,6 +65,11 @@ type capsnapSpec struct {
 	// extra is more of capsnap.yaml, top-level sections such as
 	// "discovery: {bind: catalog}\n".
 	extra string
+	// servers, if set, is capsnap.yaml's servers section (a YAML block
+	// starting "servers:") in place of billing at billingURL; snapshots,
+	// if set, its snapshots section (a YAML flow mapping) in place of
+	// {ttl: 30m} on the memory store.
+	servers, snapshots string
 }
 
 // startCapsnapWith starts capsnap as spec says, its one server billing at
@@ -87,18 +94,23 @@ func (h *harness) startCapsnapWith(ctx context.Context, spec capsnapSpec) (*caps
 	}
 	// Snapshots outlive the run (ttl); the catalog is billing's, resynced
 	// on list_changed and capsnap's default timer.
+	servers := spec.servers
+	if servers == "" {
+		servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n", spec.billingURL)
+	}
+	snapshots := spec.snapshots
+	if snapshots == "" {
+		snapshots = "{ttl: 30m}"
+	}
 	cfg := fmt.Sprintf(`grpc_addr: %s
 admin_addr: %s
 policy_file: policy.yaml
 principal: %s
-servers:
-  - id: billing
-    url: %s/mcp
-snapshots: {ttl: 30m}
+%ssnapshots: %s
 log: {level: info, format: json}
 audit: {path: %s}
 debug: {pprof: true}
-%s`, grpcAddr, adminAddr, spec.principal, spec.billingURL, audit, spec.extra)
+%s`, grpcAddr, adminAddr, spec.principal, servers, snapshots, audit, spec.extra)
 	for file, b := range map[string][]byte{"policy.yaml": spec.policy, "capsnap.yaml": []byte(cfg)} {
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
 			return nil, err
@@ -108,7 +120,7 @@ debug: {pprof: true}
 	if err != nil {
 		return nil, err
 	}
-	c := &capsnapServer{server: s, grpcAddr: grpcAddr, adminURL: "http://" + adminAddr}
+	c := &capsnapServer{server: s, grpcAddr: grpcAddr, adminURL: "http://" + adminAddr, policy: spec.policy}
 	return c, h.waitHTTP(ctx, c.adminURL+"/readyz", s)
 }
 

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/redis/rueidis"
+
+	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/report"
+	"github.com/capsnap/capsnap/examples/billing"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// The shared snapshot store (issue 15): capsnap replicas sharing their
+// snapshots, invalidations and sequence-rule records in Redis
+// (cache/redis, snapshots.store: redis).
+
+// storePattern selects the shared store's Go benchmarks
+// (extauthz/store_bench_test.go); the hot-path run skips them.
+const storePattern = "^(BenchmarkCheckStore|BenchmarkSnapshotsRedis)$"
+
+// findRedis finds redis-server as the tests do, through
+// $CAPSNAP_REDIS_SERVER (make bench sets it), else on PATH, and sets that
+// variable for the go test runs the harness starts.
+func (h *harness) findRedis() error {
+	bin := os.Getenv(testbed.RedisServerEnv)
+	if bin == "" {
+		bin = "redis-server"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return fmt.Errorf("no redis-server (%v): make redis installs it", err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return err
+	}
+	h.redis = path
+	return os.Setenv(testbed.RedisServerEnv, path)
+}
+
+// redisVersion is "Redis 7.0.15" from redis-server --version.
+func redisVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "Redis " + v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// storeBenchmarks runs the shared store's Go benchmarks: the allowed Check
+// on each store, and Redis's memory per snapshot. Each must have run: a
+// Redis case skipped for want of a redis-server fails the step.
+func (h *harness) storeBenchmarks(ctx context.Context) error {
+	res, err := gobench.Run{
+		Dir: ".", Log: filepath.Join(h.logs, "go-bench-store.log"),
+		Bench: storePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./extauthz"},
+	}.Do(ctx)
+	if err != nil {
+		return err
+	}
+	want := []string{fmt.Sprintf(report.BenchSnapshotsRedis, report.RedisSnapshots)}
+	for _, c := range report.StoreCases {
+		want = append(want, fmt.Sprintf(report.BenchCheckStore, c))
+	}
+	for _, name := range want {
+		if _, ok := gobench.Find(res, name); !ok {
+			return fmt.Errorf("%s did not run (skipped? see %s)", name, filepath.Join(h.logs, "go-bench-store.log"))
+		}
+	}
+	h.results.Store.Bench = res
+	for _, r := range res {
+		h.logf("   %-55s %s", r.Name, report.Dur(time.Duration(r.Metrics["ns/op"])))
+	}
+	return nil
+}
+
+// startRedis starts an empty redis-server without persistence on a free
+// loopback port, as testbed.StartRedis does, and returns it with its
+// address once it answers PING.
+func (h *harness) startRedis(ctx context.Context, name string) (*server, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	_, port, _ := strings.Cut(addr, ":")
+	dir := filepath.Join(h.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	s, err := h.start(name, h.redis, "--port", port, "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := dialRedis(ctx, addr, s)
+	if err != nil {
+		return s, "", err
+	}
+	c.Close()
+	return s, addr, nil
+}
+
+// dialRedis connects to the Redis at addr, waiting until it answers PING;
+// s exiting first is an error.
+func dialRedis(ctx context.Context, addr string, s *server) (rueidis.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+		if err == nil {
+			if err = c.Do(ctx, c.B().Ping().Build()).Error(); err == nil {
+				return c, nil
+			}
+			c.Close()
+		}
+		if err := s.gone(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s not answering at %s within %v: %v; %s", s.Name, addr, readyTimeout, err, s.tail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// storeSecret writes the secret replicas sharing a store share, once, and
+// returns its path.
+func (h *harness) storeSecret() (string, error) {
+	path := filepath.Join(h.work, "snapshot.key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	var key [32]byte
+	_, _ = rand.Read(key[:])
+	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key[:])+"\n"), 0o600)
+}
+
+// redisSnapshots is capsnap's snapshots section (a YAML flow mapping) for
+// the store on the Redis at addr, its keys under prefix.
+func (h *harness) redisSnapshots(addr, prefix string) (string, error) {
+	secret, err := h.storeSecret()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("{ttl: 30m, store: redis, redis: {addr: %q, key_prefix: %q, secret_file: %q}}", addr, prefix, secret), nil
+}
+
+// replicaInvalidation times, across two capsnap replicas sharing a Redis,
+// a billing redeploy that only replica A sees to the first call replica B
+// denies as drift. B serves billing from a static catalog (the baseline's
+// definitions, as e2e's TestReplicasShareInvalidations does): its own view
+// never changes, and only the invalidation A writes to the store can deny.
+// The calls go straight to each replica's gRPC Check, as in the Check over
+// gRPC (no Envoy, no response path: the snapshot is minted at the
+// tools/list Check).
+func (h *harness) replicaInvalidation(ctx context.Context) error {
+	var done cleanups
+	defer done.run()
+	redis, addr, err := h.startRedis(ctx, "redis-invalidation")
+	if redis != nil {
+		done.add(func() { h.stop(redis) })
+	}
+	if err != nil {
+		return err
+	}
+	rc, err := dialRedis(ctx, addr, redis)
+	if err != nil {
+		return err
+	}
+	done.add(rc.Close)
+	billingProc, billingURL, err := h.startBilling(ctx, "billing-replicas", false)
+	if billingProc != nil {
+		done.add(func() { h.stop(billingProc) })
+	}
+	if err != nil {
+		return err
+	}
+	static, err := json.Marshal(map[string]any{"tools": billing.Definitions(billing.Baseline)})
+	if err != nil {
+		return err
+	}
+	staticFile := filepath.Join(h.work, "billing-static.json")
+	if err := os.WriteFile(staticFile, static, 0o600); err != nil {
+		return err
+	}
+	const prefix = "invalidation:"
+	snapshots, err := h.redisSnapshots(addr, prefix)
+	if err != nil {
+		return err
+	}
+	policy, err := os.ReadFile(demoPolicy)
+	if err != nil {
+		return err
+	}
+	var clients [2]authv3.AuthorizationClient
+	for i, servers := range []string{"", fmt.Sprintf("servers:\n  - {id: billing, catalog_file: %q}\n", staticFile)} {
+		cs, err := h.startCapsnapWith(ctx, capsnapSpec{
+			name: "capsnap-replica-" + "ab"[i:i+1], billingURL: billingURL, principal: "{source: mtls}", policy: policy,
+			servers: servers, snapshots: snapshots, extra: "discovery: {bind: catalog}\n",
+		})
+		if cs != nil {
+			done.add(func() { h.stop(cs.server) })
+		}
+		if err != nil {
+			return err
+		}
+		client, closeConn, err := dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server)
+		if err != nil {
+			return err
+		}
+		done.add(closeConn)
+		clients[i] = client
+	}
+	seq := func() (uint64, error) { return storeSeq(ctx, rc, prefix+"seq") }
+
+	return h.trials(&h.results.Store.Invalidation, func(int) (report.Trial, error) {
+		return replicaTrial(ctx, clients[0], clients[1], billingURL, seq)
+	})
+}
+
+// replicaTrial mints a snapshot on replica a and proves that replica b
+// allows a refund under it, then redeploys billing to description_edit
+// and calls refund on b until it denies it as drift; then it redeploys
+// billing back to the baseline (b's static view) and waits until a has
+// written that invalidation too, so that the next trial's snapshot pins
+// refund after it.
+func replicaTrial(ctx context.Context, a, b authv3.AuthorizationClient, billingURL string, seq func() (uint64, error)) (report.Trial, error) {
+	t := report.Trial{Variant: billing.DescriptionEdit}
+	before, err := seq()
+	if err != nil {
+		return t, err
+	}
+	epoch, err := mint(ctx, a)
+	if err != nil {
+		return t, fmt.Errorf("replica A: %w", err)
+	}
+	refund := checkRequest(refundBody, epoch)
+	if err := checkOnce(ctx, b, refund); err != nil {
+		return t, fmt.Errorf("replica B, before the redeploy: %w", err)
+	}
+	start := time.Now()
+	if err := redeploy(ctx, billingURL, billing.DescriptionEdit); err != nil {
+		return t, err
+	}
+	t.Post = time.Since(start)
+	for t.Elapsed == 0 {
+		if t.Polls >= trialMaxPolls || time.Since(start) > trialTimeout {
+			return t, fmt.Errorf("no drift denial from replica B after %d calls in %v", t.Polls, time.Since(start).Round(time.Millisecond))
+		}
+		if t.Written == 0 {
+			n, err := seq()
+			if err != nil {
+				return t, err
+			}
+			if n > before {
+				t.Written = time.Since(start)
+			}
+		}
+		resp, err := b.Check(ctx, refund)
+		if err != nil {
+			return t, fmt.Errorf("replica B: %w", err)
+		}
+		t.Polls++
+		switch reason := denialReason(resp); {
+		case allowed(resp) == nil:
+			t.Allowed++
+		case reason == "schema_drift" && strings.Contains(resp.GetDeniedResponse().GetBody(), "redefined after snapshot"):
+			t.Elapsed = time.Since(start)
+			if t.Written == 0 {
+				// It moved between the last read and this Check.
+				t.Written = t.Elapsed
+			}
+		default:
+			return t, fmt.Errorf("replica B, after the redeploy: %w, want schema_drift on the store's invalidation", allowed(resp))
+		}
+	}
+	// Back to what B serves; A's invalidation of it is the next trial's
+	// starting point.
+	if err := redeploy(ctx, billingURL, billing.Baseline); err != nil {
+		return t, err
+	}
+	deadline := time.Now().Add(trialTimeout)
+	for {
+		n, err := seq()
+		if err != nil {
+			return t, err
+		}
+		if n >= before+2 {
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			return t, fmt.Errorf("replica A did not write the change back to the baseline within %v (sequence %d, from %d)", trialTimeout, n, before)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// storeSeq reads the store's invalidation sequence from Redis: cache/redis
+// keeps it under key as "<incarnation>.<n>.<mac>".
+func storeSeq(ctx context.Context, c rueidis.Client, key string) (uint64, error) {
+	raw, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redis GET %s: %w", key, err)
+	}
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return 0, fmt.Errorf("redis %s = %q: not <incarnation>.<n>.<mac> (has cache/redis's record changed?)", key, raw)
+	}
+	return strconv.ParseUint(parts[1], 10, 64)
+}
+
+// redeploy switches billing at url to variant (its POST /admin/variant),
+// which makes it send notifications/tools/list_changed.
+func redeploy(ctx context.Context, url, variant string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/admin/variant", strings.NewReader(variant))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("redeploy billing: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("redeploy billing to %q: %s: %s", variant, resp.Status, b)
+	}
+	return nil
+}
