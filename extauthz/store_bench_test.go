@@ -29,6 +29,9 @@ import (
 //     Redis, a replica that minted or already read it). Redis still costs
 //     a round trip a Check here: refund's sequence rule is checked in
 //     Redis (cache/redis's Follows).
+//   - memory_apart: as memory, but with the benchmark's timer stopped and
+//     started again before each Check, as the two cases below need: what
+//     that costs by itself, to compare them with.
 //   - memory_fresh: a new snapshot a Check (minted, with its lookup_order,
 //     outside the timer), checked by the process that minted it.
 //   - redis_other_replica: a new snapshot a Check, minted by replica A and
@@ -44,6 +47,10 @@ func BenchmarkCheckStore(b *testing.B) {
 		r := testbed.StartRedis(b)
 		benchmarkAllowed(b, packFixture(b, discardAudit, onRedis(b, r, newPrefix())))
 	})
+	b.Run("memory_apart", func(b *testing.B) {
+		f := packFixture(b, discardAudit)
+		benchmarkApart(b, f, f, false)
+	})
 	b.Run("memory_fresh", func(b *testing.B) {
 		f := packFixture(b, discardAudit, func(o *Options) {
 			// Room for every snapshot minted, as in BenchmarkMint.
@@ -54,7 +61,7 @@ func BenchmarkCheckStore(b *testing.B) {
 			b.Cleanup(store.Close)
 			o.Snapshots = store
 		})
-		benchmarkFresh(b, f, f)
+		benchmarkApart(b, f, f, true)
 	})
 	b.Run("redis_other_replica", func(b *testing.B) {
 		r := testbed.StartRedis(b)
@@ -63,35 +70,33 @@ func BenchmarkCheckStore(b *testing.B) {
 		a := packFixture(b, discardAudit, onRedis(b, r, prefix, &stores[0]))
 		other := packFixture(b, discardAudit, onRedis(b, r, prefix, &stores[1]))
 		sameSeq(b, stores[0], stores[1])
-		benchmarkFresh(b, a, other)
+		benchmarkApart(b, a, other, true)
 	})
 }
 
-// benchmarkFresh measures the allowed refund on decider under a snapshot
-// minter has just minted, a new one each iteration: the listing and the
-// lookup_order refund's sequence rule wants are outside the timer. Each
-// iteration is a new agent session, whose newest-snapshot pointer the
-// decider has never read: with Redis, a replica keeps a copy of each
-// pointer it read until Redis tells it the pointer moved, and a pointer it
-// read before could name the older snapshot for a moment after another
-// replica moved it.
-func benchmarkFresh(b *testing.B, minter, decider *fixture) {
+// benchmarkApart measures the allowed refund on decider with the
+// benchmark's timer stopped before each Check and started again, as a new
+// snapshot needs: with fresh, minter mints one for each Check (the listing
+// and the lookup_order refund's sequence rule wants, outside the timer);
+// without, every Check is under one snapshot minted first, which shows
+// what stopping and starting the timer costs by itself (Go's StartTimer
+// reads the memory statistics, which flushes the allocator's per-CPU
+// caches). Each fresh snapshot is in a new agent session, whose
+// newest-snapshot pointer the decider has never read: with Redis, a
+// replica keeps a copy of each pointer it read until Redis tells it the
+// pointer moved, and a pointer it read before could name the older
+// snapshot for a moment after another replica moved it.
+func benchmarkApart(b *testing.B, minter, decider *fixture, fresh bool) {
 	ctx := context.Background()
+	req, epoch := mintForRefund(b, minter, "held")
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
-		i++
-		session := map[string]string{"mcp-session-id": fmt.Sprintf("fresh-%07d", i)}
-		epoch := minter.list(b, support, "billing", session)
-		lookupOrder := argsCall("lookup_order", lookup)
-		lookupOrder.Headers = session
-		if got := minter.call(b, lookupOrder); got.reason != "" {
-			b.Fatalf("lookup_order: %s", got.reason)
+		if fresh {
+			i++
+			req, epoch = mintForRefund(b, minter, fmt.Sprintf("fresh-%07d", i))
 		}
-		refund := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`)
-		refund.Headers = session
-		req := refund.request()
 		b.StartTimer()
 		resp, _ := decider.Check(ctx, req)
 		ok := resp.GetOkResponse()
@@ -99,9 +104,25 @@ func benchmarkFresh(b *testing.B, minter, decider *fixture) {
 			b.Fatalf("denied: %s", resp.GetDeniedResponse().GetBody())
 		}
 		if got := upstreamHeader(ok, HeaderEpoch); got != epoch {
-			b.Fatalf("decided under snapshot %q, want the new %q", got, epoch)
+			b.Fatalf("decided under snapshot %q, want %q", got, epoch)
 		}
 	}
+}
+
+// mintForRefund lists tools on f in session, which mints a snapshot, and
+// looks the order up under it, as refund's sequence rule wants; it returns
+// the refund's CheckRequest in that session and the snapshot's epoch.
+func mintForRefund(b *testing.B, f *fixture, session string) (*authv3.CheckRequest, string) {
+	headers := map[string]string{"mcp-session-id": session}
+	epoch := f.list(b, support, "billing", headers)
+	lookupOrder := argsCall("lookup_order", lookup)
+	lookupOrder.Headers = headers
+	if got := f.call(b, lookupOrder); got.reason != "" {
+		b.Fatalf("lookup_order: %s", got.reason)
+	}
+	refund := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`)
+	refund.Headers = headers
+	return refund.request(), epoch
 }
 
 // BenchmarkSnapshotsRedis mints snapshots of the demo's shape (the support

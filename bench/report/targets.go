@@ -67,7 +67,7 @@ const (
 )
 
 // StoreCases are BenchmarkCheckStore's cases, in the order shown.
-var StoreCases = []string{"memory", "redis", "memory_fresh", "redis_other_replica"}
+var StoreCases = []string{"memory", "redis", "memory_apart", "memory_fresh", "redis_other_replica"}
 
 // CatalogSizes and SnapshotCounts are the scale benchmarks' cases.
 var (
