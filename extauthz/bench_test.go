@@ -127,38 +127,55 @@ func BenchmarkSnapshotsLive(b *testing.B) {
 			b.Cleanup(store.Close)
 			// Minted at the request (discovery.bind catalog), n at a time.
 			f := packFixture(b, discardAudit, func(o *Options) { o.Snapshots, o.Bind = store, config.BindCatalog })
-			ctx := context.Background()
-			epochs := make([]string, n)
-			for i := range epochs {
-				list := checkCase{Principal: support, Body: listBody, Headers: map[string]string{"mcp-session-id": fmt.Sprintf("session-%07d", i)}}
-				resp, _ := f.Check(ctx, list.request())
-				if resp.GetOkResponse() == nil {
-					b.Fatalf("mint %d of %d denied: %s", i, n, resp.GetDeniedResponse().GetBody())
-				}
-				epochs[i] = okHeader(resp, HeaderEpoch)
-			}
+			epochs := mintSessions(b, f, n)
 			if held := store.Held(); held != int64(n) {
 				b.Fatalf("the store holds %d of %d snapshots", held, n)
 			}
 			perSnapshot := float64(liveHeap()-before) / float64(n)
-			reqs := make([]*authv3.CheckRequest, 1024)
-			for i := range reqs {
-				c := argsCall("lookup_order", lookup)
-				c.Headers = map[string]string{HeaderEpoch: epochs[(i*7919)%n]}
-				reqs[i] = c.request()
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				resp, _ := f.Check(ctx, reqs[i%len(reqs)])
-				if resp.GetOkResponse() == nil {
-					b.Fatalf("denied: %s", resp.GetDeniedResponse().GetBody())
-				}
-				i++
-			}
+			benchmarkAmong(b, f, epochs)
 			b.ReportMetric(perSnapshot, "B/snapshot")
 			runtime.KeepAlive(epochs)
 		})
+	}
+}
+
+// mintSessions lists tools on f in n agent sessions (sessionID(i)), which
+// mints a snapshot in each at the request (discovery.bind catalog), and
+// returns their epochs.
+func mintSessions(b *testing.B, f *fixture, n int) []string {
+	ctx := context.Background()
+	epochs := make([]string, n)
+	for i := range epochs {
+		list := checkCase{Principal: support, Body: listBody, Headers: map[string]string{"mcp-session-id": sessionID(i)}}
+		resp, _ := f.Check(ctx, list.request())
+		if resp.GetOkResponse() == nil {
+			b.Fatalf("mint %d of %d denied: %s", i, n, resp.GetDeniedResponse().GetBody())
+		}
+		epochs[i] = okHeader(resp, HeaderEpoch)
+	}
+	return epochs
+}
+
+func sessionID(i int) string { return fmt.Sprintf("session-%07d", i) }
+
+// benchmarkAmong measures a Check of lookup_order on f under one of
+// epochs, picked in turn.
+func benchmarkAmong(b *testing.B, f *fixture, epochs []string) {
+	reqs := make([]*authv3.CheckRequest, 1024)
+	for i := range reqs {
+		c := argsCall("lookup_order", lookup)
+		c.Headers = map[string]string{HeaderEpoch: epochs[(i*7919)%len(epochs)]}
+		reqs[i] = c.request()
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		resp, _ := f.Check(ctx, reqs[i%len(reqs)])
+		if resp.GetOkResponse() == nil {
+			b.Fatalf("denied: %s", resp.GetDeniedResponse().GetBody())
+		}
+		i++
 	}
 }
 

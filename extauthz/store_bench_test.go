@@ -146,19 +146,7 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 		// BenchmarkSnapshotsLive.
 		f := packFixture(b, discardAudit, onRedis(b, r, prefix, &store), func(o *Options) { o.Bind = config.BindCatalog })
 		before := usedMemory(b, r)
-		ctx := context.Background()
-		epochs := make([]string, n)
-		var sessions []string
-		for i := range epochs {
-			session := fmt.Sprintf("session-%07d", i)
-			list := checkCase{Principal: support, Body: listBody, Headers: map[string]string{"mcp-session-id": session}}
-			resp, _ := f.Check(ctx, list.request())
-			if resp.GetOkResponse() == nil {
-				b.Fatalf("mint %d of %d denied: %s", i, n, resp.GetDeniedResponse().GetBody())
-			}
-			epochs[i] = okHeader(resp, HeaderEpoch)
-			sessions = append(sessions, session)
-		}
+		epochs := mintSessions(b, f, n)
 		perSnapshot := float64(usedMemory(b, r)-before) / float64(n)
 		snap, ok, err := store.ByEpoch(epochs[0])
 		if err != nil || !ok {
@@ -167,7 +155,7 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 		// cache/redis's key layout: a key per snapshot and a
 		// newest-snapshot pointer per principal, server and session.
 		snapKey := prefix + "snap:" + epochs[0]
-		pointerKey := prefix + "latest:" + cache.LatestKey(support, "billing", sessions[0])
+		pointerKey := prefix + "latest:" + cache.LatestKey(support, "billing", sessionID(0))
 		keyBytes := memoryUsage(b, r, snapKey)
 		pointerBytes := memoryUsage(b, r, pointerKey)
 		record, err := r.Do("STRLEN", snapKey)
@@ -175,21 +163,7 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 			b.Fatal(err)
 		}
 
-		reqs := make([]*authv3.CheckRequest, 1024)
-		for i := range reqs {
-			c := argsCall("lookup_order", lookup)
-			c.Headers = map[string]string{HeaderEpoch: epochs[(i*7919)%n]}
-			reqs[i] = c.request()
-		}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			resp, _ := f.Check(ctx, reqs[i%len(reqs)])
-			if resp.GetOkResponse() == nil {
-				b.Fatalf("denied: %s", resp.GetDeniedResponse().GetBody())
-			}
-			i++
-		}
+		benchmarkAmong(b, f, epochs)
 		b.ReportMetric(perSnapshot, "redis-B/snapshot")
 		b.ReportMetric(keyBytes, "snapshot-key-B")
 		b.ReportMetric(pointerBytes, "pointer-key-B")
