@@ -6,6 +6,7 @@ require (
 	cel.dev/cel-go v0.33.3
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/jsonschema-go v0.4.3
 	github.com/gowebpki/jcs v1.0.2

@@ -1,0 +1,199 @@
+// Package envelope makes and checks capsnap's envelope: the compact JWS
+// (EdDSA) an allowed tools/call carries to the MCP server, binding the call
+// capsnap authorized to the contract it was authorized against, so that the
+// server's handler can check, before any side effect, that it is about to
+// run exactly that call. docs/ENVELOPE.md is the format.
+//
+// JWS is made and checked with go-jose (github.com/go-jose/go-jose/v4): the
+// maintained JOSE library of the Go ecosystem, whose parsers take an
+// allowlist of algorithms, so that neither "none" nor an HMAC keyed with a
+// public key can pass for EdDSA.
+package envelope
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/gowebpki/jcs"
+)
+
+// Header is the request header that carries the envelope.
+const Header = "x-capsnap-envelope"
+
+// Type is the envelope's "typ" header: a JWS of another type, even one
+// signed by the same key (an audit checkpoint), is never an envelope.
+const Type = "capsnap-envelope+jwt"
+
+// Issuer is the "iss" of every envelope.
+const Issuer = "capsnap"
+
+// Claims are what an envelope says; docs/ENVELOPE.md says what each means.
+type Claims struct {
+	Issuer       string          `json:"iss"`
+	Audience     string          `json:"aud"`
+	Subject      string          `json:"sub"`
+	IssuedAt     int64           `json:"iat"`
+	Expiry       int64           `json:"exp"`
+	ID           string          `json:"jti"`
+	Epoch        string          `json:"epoch"`
+	Tool         string          `json:"tool"`
+	SchemaDigest string          `json:"schema_digest"`
+	EffectClass  string          `json:"effect_class"`
+	PolicyDigest string          `json:"policy_digest"`
+	ArgsDigest   string          `json:"args_digest"`
+	RequestID    json.RawMessage `json:"rid"`
+}
+
+// ArgsDigest is the digest an envelope binds a call's arguments by: SHA-256
+// of their RFC 8785 canonical form, "{}" when the call has none. Canonical,
+// not the bytes as sent: an SDK hands a handler its arguments parsed, and
+// capsnap refuses every body two parsers could read differently.
+func ArgsDigest(args json.RawMessage) (string, error) {
+	canonical := []byte("{}")
+	if len(bytes.TrimSpace(args)) > 0 && !bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
+		var err error
+		if canonical, err = jcs.Transform(args); err != nil {
+			return "", fmt.Errorf("envelope: canonicalize arguments: %w", err)
+		}
+	}
+	sum := sha256.Sum256(canonical)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// Keys are capsnap's signing keys: the first signs, and every one is
+// published in the JWKS, so that verifiers know a new key before it signs
+// and an old one until its last envelope expires.
+type Keys struct {
+	signer  jose.Signer
+	kid     string
+	private ed25519.PrivateKey
+	public  jose.JSONWebKeySet
+}
+
+// LoadKeys reads Ed25519 private keys, PEM PKCS #8 ("openssl genpkey
+// -algorithm ed25519"), one per file. A key's kid is its RFC 7638
+// thumbprint, so a kid can never name two keys.
+func LoadKeys(files ...string) (*Keys, error) {
+	if len(files) == 0 {
+		return nil, errors.New("envelope: no key files")
+	}
+	k := &Keys{}
+	for i, f := range files {
+		priv, err := readKey(f)
+		if err != nil {
+			return nil, err
+		}
+		jwk := jose.JSONWebKey{Key: priv.Public(), Algorithm: string(jose.EdDSA), Use: "sig"}
+		tp, err := jwk.Thumbprint(crypto.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("envelope: %s: %w", f, err)
+		}
+		jwk.KeyID = base64.RawURLEncoding.EncodeToString(tp)
+		for _, seen := range k.public.Keys {
+			if seen.KeyID == jwk.KeyID {
+				return nil, fmt.Errorf("envelope: %s is the same key as an earlier file", f)
+			}
+		}
+		k.public.Keys = append(k.public.Keys, jwk)
+		if i == 0 {
+			k.kid, k.private = jwk.KeyID, priv
+		}
+	}
+	opts := (&jose.SignerOptions{}).WithType(Type).WithHeader("kid", k.kid)
+	var err error
+	k.signer, err = jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	return k, nil
+}
+
+func readKey(file string) (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("envelope: %s: want a PEM \"PRIVATE KEY\" (PKCS #8), as openssl genpkey -algorithm ed25519 writes", file)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %s: %w", file, err)
+	}
+	priv, ok := key.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("envelope: %s: a %T key, want Ed25519", file, key)
+	}
+	return priv, nil
+}
+
+// KeyID is the kid of the key that signs.
+func (k *Keys) KeyID() string { return k.kid }
+
+// JWKS is the public keys as a JSON Web Key Set.
+func (k *Keys) JWKS() []byte {
+	b, err := json.Marshal(k.public)
+	if err != nil {
+		panic(fmt.Sprintf("envelope: marshal a JWKS of Ed25519 keys: %v", err)) // cannot happen
+	}
+	return b
+}
+
+// Seal signs c as an envelope; c.Issuer is set, and c.ID if it is empty.
+func (k *Keys) Seal(c *Claims) (string, error) {
+	c.Issuer = Issuer
+	if c.ID == "" {
+		c.ID = NewID()
+	}
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("envelope: %w", err)
+	}
+	return k.sign(payload)
+}
+
+func (k *Keys) sign(payload []byte) (string, error) {
+	jws, err := k.signer.Sign(payload)
+	if err != nil {
+		return "", fmt.Errorf("envelope: sign: %w", err)
+	}
+	return jws.CompactSerialize()
+}
+
+// Signer signs other payloads under the envelope keys, with a "typ" of
+// their own, so that no verifier of envelopes takes them for one: the
+// audit trail's checkpoints.
+func (k *Keys) Signer(typ string) (func(payload []byte) (string, error), error) {
+	opts := (&jose.SignerOptions{}).WithType(jose.ContentType(typ)).WithHeader("kid", k.kid)
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	return func(payload []byte) (string, error) {
+		jws, err := s.Sign(payload)
+		if err != nil {
+			return "", fmt.Errorf("envelope: sign: %w", err)
+		}
+		return jws.CompactSerialize()
+	}, nil
+}
+
+// NewID is an unguessable envelope id: 96 random bits.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

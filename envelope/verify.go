@@ -1,0 +1,260 @@
+package envelope
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// Reason is why a verifier refuses a call: the data.reason of its
+// JSON-RPC error.
+type Reason string
+
+// The refusals, as docs/ENVELOPE.md lists them.
+const (
+	Missing  Reason = "envelope_missing"
+	Invalid  Reason = "envelope_invalid"
+	Expired  Reason = "envelope_expired"
+	Foreign  Reason = "envelope_foreign"
+	Replayed Reason = "envelope_replayed"
+	Mismatch Reason = "envelope_mismatch"
+)
+
+// Error is a refusal.
+type Error struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *Error) Error() string { return string(e.Reason) + ": " + e.Detail }
+
+func refuse(r Reason, format string, args ...any) *Error {
+	return &Error{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Call is what the handler is about to run, which the envelope must be
+// about.
+type Call struct {
+	Tool      string
+	Arguments json.RawMessage
+	// RequestID is the JSON-RPC id as JSON text, if the SDK exposes it;
+	// nil skips the check.
+	RequestID json.RawMessage
+}
+
+// VerifierOptions configure a Verifier. Exactly one of JWKSFile and
+// JWKSURL.
+type VerifierOptions struct {
+	// Audience is the server_id of the server the verifier guards.
+	Audience string
+	JWKSFile string
+	JWKSURL  string
+	// Refresh is how long a JWKS fetched from JWKSURL is kept; an unknown
+	// kid fetches it again at most every ten seconds. Zero means 5m.
+	Refresh time.Duration
+	Client  *http.Client
+	// Leeway allows for clock skew with capsnap at exp; zero means 5s.
+	Leeway time.Duration
+	Now    func() time.Time
+}
+
+// Verifier checks envelopes for one server.
+type Verifier struct {
+	o VerifierOptions
+
+	mu        sync.Mutex
+	keys      *jose.JSONWebKeySet
+	fetchedAt time.Time
+	// seen maps each jti accepted to its exp, until then; pruned is when
+	// those past it were last dropped.
+	seen   map[string]int64
+	pruned time.Time
+}
+
+// NewVerifier loads the JWKS (from a URL, on first use) and returns a
+// Verifier.
+func NewVerifier(o VerifierOptions) (*Verifier, error) {
+	switch {
+	case o.Audience == "":
+		return nil, errors.New("envelope: a verifier needs its server's id (audience)")
+	case (o.JWKSFile == "") == (o.JWKSURL == ""):
+		return nil, errors.New("envelope: give a verifier exactly one of a JWKS file and a JWKS URL")
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = 5 * time.Minute
+	}
+	if o.Leeway <= 0 {
+		o.Leeway = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	v := &Verifier{o: o, seen: map[string]int64{}}
+	if o.JWKSFile != "" {
+		data, err := os.ReadFile(o.JWKSFile)
+		if err != nil {
+			return nil, fmt.Errorf("envelope: %w", err)
+		}
+		if v.keys, err = parseJWKS(data); err != nil {
+			return nil, fmt.Errorf("envelope: %s: %w", o.JWKSFile, err)
+		}
+	}
+	return v, nil
+}
+
+// ParseJWKS reads a JSON Web Key Set of Ed25519 public keys.
+func parseJWKS(data []byte) (*jose.JSONWebKeySet, error) {
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("JWKS: %w", err)
+	}
+	for _, k := range set.Keys {
+		if !k.IsPublic() || k.KeyID == "" {
+			return nil, errors.New("JWKS: every key must be a public key with a kid")
+		}
+	}
+	return &set, nil
+}
+
+// key finds kid's key, fetching the JWKS again if it comes from a URL and
+// is old, or lacks kid and was not fetched in the last ten seconds.
+func (v *Verifier) key(kid string) (*jose.JSONWebKey, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.o.Now()
+	if v.o.JWKSURL != "" {
+		stale := v.keys == nil || now.Sub(v.fetchedAt) > v.o.Refresh
+		if !stale && len(v.keys.Key(kid)) == 0 && now.Sub(v.fetchedAt) > 10*time.Second {
+			stale = true // a key capsnap rotated to
+		}
+		if stale {
+			if err := v.fetch(now); err != nil && v.keys == nil {
+				return nil, err
+			}
+		}
+	}
+	if ks := v.keys.Key(kid); len(ks) == 1 {
+		return &ks[0], nil
+	}
+	return nil, refuse(Invalid, "no key %q in the JWKS", kid)
+}
+
+func (v *Verifier) fetch(now time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.o.JWKSURL, nil)
+	if err != nil {
+		return fmt.Errorf("envelope: JWKS: %w", err)
+	}
+	resp, err := v.o.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("envelope: JWKS: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("envelope: JWKS: %s answered %s", v.o.JWKSURL, resp.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("envelope: JWKS: %w", err)
+	}
+	set, err := parseJWKS(data)
+	if err != nil {
+		return fmt.Errorf("envelope: %s: %w", v.o.JWKSURL, err)
+	}
+	v.keys, v.fetchedAt = set, now
+	return nil
+}
+
+// Verify checks token as the envelope of call, and returns its claims. A
+// refusal is an *Error. The schema digest is the caller's to compare: only
+// it knows its handler's definition.
+func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
+	if token == "" {
+		return nil, refuse(Missing, "the call carries no %s header", Header)
+	}
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return nil, refuse(Invalid, "not a compact EdDSA JWS: %v", err)
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, refuse(Invalid, "%d signatures, want one", len(jws.Signatures))
+	}
+	h := jws.Signatures[0].Protected
+	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != Type {
+		return nil, refuse(Invalid, "typ %q, want %q", typ, Type)
+	}
+	key, err := v.key(h.KeyID)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := jws.Verify(key)
+	if err != nil {
+		return nil, refuse(Invalid, "the signature does not verify under key %q", h.KeyID)
+	}
+	var c Claims
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, refuse(Invalid, "claims: %v", err)
+	}
+	switch {
+	case c.ID == "" || c.Tool == "" || c.SchemaDigest == "" || c.ArgsDigest == "" || c.Expiry == 0:
+		return nil, refuse(Invalid, "a claim is missing")
+	case c.Issuer != Issuer || c.Audience != v.o.Audience:
+		return nil, refuse(Foreign, "issued by %q for %q; this is %q", c.Issuer, c.Audience, v.o.Audience)
+	}
+	now := v.o.Now()
+	if now.After(time.Unix(c.Expiry, 0).Add(v.o.Leeway)) {
+		return nil, refuse(Expired, "expired at %s", time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339))
+	}
+	if c.Tool != call.Tool {
+		return nil, refuse(Mismatch, "the envelope is for tool %q, the call is to %q", c.Tool, call.Tool)
+	}
+	args, err := ArgsDigest(call.Arguments)
+	if err != nil {
+		return nil, refuse(Mismatch, "%v", err)
+	}
+	if args != c.ArgsDigest {
+		return nil, refuse(Mismatch, "the envelope binds arguments %s, the call has %s", c.ArgsDigest, args)
+	}
+	if call.RequestID != nil && !bytes.Equal(bytes.TrimSpace(call.RequestID), bytes.TrimSpace(c.RequestID)) {
+		return nil, refuse(Mismatch, "the envelope is for request %s, this is %s", c.RequestID, call.RequestID)
+	}
+	if err := v.remember(c.ID, c.Expiry, now); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// remember refuses a jti seen before, and forgets those past their exp.
+func (v *Verifier) remember(jti string, exp int64, now time.Time) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.seen[jti]; ok {
+		return refuse(Replayed, "envelope %s was already used", jti)
+	}
+	if now.Sub(v.pruned) > time.Second {
+		cutoff := now.Add(-v.o.Leeway).Unix()
+		for id, e := range v.seen {
+			if e < cutoff {
+				delete(v.seen, id)
+			}
+		}
+		v.pruned = now
+	}
+	v.seen[jti] = exp
+	return nil
+}
