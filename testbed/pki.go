@@ -23,13 +23,33 @@ const (
 	CAFile         = "ca.pem"
 	ServerCertFile = "server.pem"
 	ServerKeyFile  = "server-key.pem"
+	// EnvoyClientCertFile and EnvoyClientKeyFile are the certificate
+	// Envoy presents to capsnap (envoy/mtls.yaml's capsnap cluster): an
+	// X.509-SVID for EnvoyIdentity.
+	EnvoyClientCertFile = "envoy-client.pem"
+	EnvoyClientKeyFile  = "envoy-client-key.pem"
+	// CapsnapCertFile and CapsnapKeyFile are capsnap's own server
+	// certificate on its gRPC listener (grpc_tls), for CapsnapServerName
+	// and 127.0.0.1.
+	CapsnapCertFile = "capsnap.pem"
+	CapsnapKeyFile  = "capsnap-key.pem"
 )
 
+// EnvoyIdentity is the SPIFFE ID of Envoy's client certificate to capsnap,
+// the identity capsnap's grpc_tls.allowed_clients names in envoy/mtls.yaml's
+// deployment.
+const EnvoyIdentity = "spiffe://acme/gateway/mcp-envoy"
+
+// CapsnapServerName is the name capsnap's server certificate carries, which
+// envoy/mtls.yaml sends as SNI and verifies.
+const CapsnapServerName = "capsnap.capsnap.svc.cluster.local"
+
 // PKI is a throwaway certificate authority for one test: a CA, Envoy's
-// server certificate for 127.0.0.1 and localhost, and client certificates
-// (X.509-SVIDs) on demand.
+// server certificate for 127.0.0.1 and localhost, Envoy's client
+// certificate to capsnap, capsnap's server certificate, and client
+// certificates (X.509-SVIDs) on demand.
 type PKI struct {
-	// Dir holds CAFile, ServerCertFile and ServerKeyFile.
+	// Dir holds CAFile, and the key pair files named above.
 	Dir string
 	// Pool trusts the CA, for clients that verify Envoy.
 	Pool *x509.CertPool
@@ -66,29 +86,76 @@ func NewPKI(dir string) (*PKI, error) {
 	p := &PKI{Dir: dir, Pool: x509.NewCertPool(), ca: ca, key: key}
 	p.Pool.AddCert(ca)
 
-	server, err := p.issue(func(c *x509.Certificate) {
-		c.Subject = pkix.Name{CommonName: "localhost"}
-		c.DNSNames = []string{"localhost"}
-		c.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	})
-	if err != nil {
+	if err := ReplaceFile(filepath.Join(dir, CAFile), p.CAPEM()); err != nil {
 		return nil, err
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(server.PrivateKey)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	for name, block := range map[string]*pem.Block{
-		CAFile:         {Type: "CERTIFICATE", Bytes: ca.Raw},
-		ServerCertFile: {Type: "CERTIFICATE", Bytes: server.Certificate[0]},
-		ServerKeyFile:  {Type: "PRIVATE KEY", Bytes: keyDER},
+	for _, kp := range []struct {
+		cert, key string
+		issue     func() (tls.Certificate, error)
+	}{
+		{ServerCertFile, ServerKeyFile, func() (tls.Certificate, error) { return p.ServerCert("localhost") }},
+		{CapsnapCertFile, CapsnapKeyFile, func() (tls.Certificate, error) { return p.ServerCert(CapsnapServerName) }},
+		{EnvoyClientCertFile, EnvoyClientKeyFile, func() (tls.Certificate, error) { return p.ClientCert(EnvoyIdentity) }},
 	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			return nil, fmt.Errorf("pki: %w", err)
+		cert, err := kp.issue()
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteKeyPair(dir, cert, kp.cert, kp.key); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil
+}
+
+// CAPEM is the CA's certificate, PEM-encoded.
+func (p *PKI) CAPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.ca.Raw})
+}
+
+// ServerCert issues a server certificate for the DNS name and 127.0.0.1.
+func (p *PKI) ServerCert(name string) (tls.Certificate, error) {
+	return p.Issue(func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: name}
+		c.DNSNames = []string{name}
+		c.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	})
+}
+
+// ClientCertDNS issues a client certificate whose only identity is the DNS
+// SAN name.
+func (p *PKI) ClientCertDNS(name string) (tls.Certificate, error) {
+	return p.Issue(func(c *x509.Certificate) {
+		c.DNSNames = []string{name}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	})
+}
+
+// WriteKeyPair writes cert's certificate and its key as PEM files named
+// certFile and keyFile in dir, each replaced whole, as a rotation would.
+func WriteKeyPair(dir string, cert tls.Certificate, certFile, keyFile string) error {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := ReplaceFile(filepath.Join(dir, certFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})); err != nil {
+		return err
+	}
+	return ReplaceFile(filepath.Join(dir, keyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+}
+
+// ReplaceFile replaces path with data whole (written aside, then renamed
+// over it): a reader never sees half of it.
+func ReplaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	return nil
 }
 
 // ClientCert issues a client certificate whose only identity is the URI
@@ -98,7 +165,7 @@ func (p *PKI) ClientCert(spiffeID string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: SPIFFE ID %q: %w", spiffeID, err)
 	}
-	return p.issue(func(c *x509.Certificate) {
+	return p.Issue(func(c *x509.Certificate) {
 		c.URIs = []*url.URL{id}
 		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	})
@@ -110,8 +177,9 @@ func (p *PKI) ClientTLS(certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: p.Pool, Certificates: certs, MinVersion: tls.VersionTLS12}
 }
 
-// issue signs a fresh P-256 key's certificate, shaped by edit, with the CA.
-func (p *PKI) issue(edit func(*x509.Certificate)) (tls.Certificate, error) {
+// Issue signs a fresh P-256 key's certificate, shaped by edit, with the CA:
+// valid for an hour from a minute ago, with a random serial.
+func (p *PKI) Issue(edit func(*x509.Certificate)) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: %w", err)

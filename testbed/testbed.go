@@ -88,7 +88,7 @@ func Build(ctx context.Context, dir string, pkgs ...string) (map[string]string, 
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -96,7 +96,7 @@ type Process struct {
 // Start runs bin with args. Output goes to a buffer (Output) and, if tee is
 // not nil, to tee as well.
 func Start(name, bin string, args []string, tee io.Writer) (*Process, error) {
-	out := &syncBuffer{}
+	out := &SyncBuffer{}
 	var w io.Writer = out
 	if tee != nil {
 		w = io.MultiWriter(out, tee)
@@ -111,7 +111,7 @@ func StartTo(name, bin string, args []string, w io.Writer) (*Process, error) {
 	return start(name, bin, args, nil, w)
 }
 
-func start(name, bin string, args []string, out *syncBuffer, w io.Writer) (*Process, error) {
+func start(name, bin string, args []string, out *SyncBuffer, w io.Writer) (*Process, error) {
 	p := &Process{Name: name, out: out, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = w, w
@@ -192,18 +192,19 @@ func WaitHTTP(ctx context.Context, url string, p *Process) error {
 	}
 }
 
-type syncBuffer struct {
+// SyncBuffer is a buffer several goroutines may write and read.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
