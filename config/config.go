@@ -41,6 +41,10 @@ type Config struct {
 	GRPCAddr string `yaml:"grpc_addr"`
 	// AdminAddr serves /healthz, /readyz and /metrics over HTTP.
 	AdminAddr string `yaml:"admin_addr"`
+	// GRPCTLS, when set, admits only allowlisted client certificates to
+	// grpc_addr; Admin guards admin_addr's state-changing endpoints.
+	GRPCTLS GRPCTLS `yaml:"grpc_tls"`
+	Admin   Admin   `yaml:"admin"`
 	// PolicyFile is the policy that classifies tools and grants them.
 	PolicyFile string `yaml:"policy_file"`
 	// PolicyPoll is how often the policy file (and its lockfile) is
@@ -73,7 +77,23 @@ type Config struct {
 	Audit Audit `yaml:"audit"`
 	// Debug turns on diagnostics that are off in production.
 	Debug Debug `yaml:"debug"`
+	// Envelope configures the signed envelope of allowed calls.
+	Envelope Envelope `yaml:"envelope"`
 }
+
+// Envelope configures the signed envelope capsnap sends the MCP server on
+// every allowed tools/call (docs/ENVELOPE.md).
+type Envelope struct {
+	// KeyFiles are Ed25519 private keys (PEM PKCS #8): the first signs,
+	// all are published in the JWKS. None: no envelope is sent.
+	KeyFiles []string `yaml:"key_files"`
+	// TTL is how long an envelope is valid, never past its snapshot.
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// MaxEnvelopeTTL is the ceiling on envelope.ttl: an envelope is for one
+// call, about to be made.
+const MaxEnvelopeTTL = time.Minute
 
 // Debug configures diagnostics.
 type Debug struct {
@@ -257,15 +277,7 @@ const MinSecretBytes = 32
 
 // ReadSecret reads the secret file: its bytes, less a final newline.
 func (r Redis) ReadSecret() ([]byte, error) {
-	b, err := os.ReadFile(r.SecretFile)
-	if err != nil {
-		return nil, fmt.Errorf("snapshots.redis.secret_file: %w", err)
-	}
-	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
-	if len(b) < MinSecretBytes {
-		return nil, fmt.Errorf("snapshots.redis.secret_file: %s holds %d bytes, fewer than %d (make one with: head -c 32 /dev/urandom | base64 > %s)", r.SecretFile, len(b), MinSecretBytes, filepath.Base(r.SecretFile))
-	}
-	return b, nil
+	return readSecretFile("snapshots.redis.secret_file", r.SecretFile, MinSecretBytes)
 }
 
 // ReadPassword reads the password file, if one is configured.
@@ -314,6 +326,7 @@ func Default() Config {
 	return Config{
 		GRPCAddr:  "127.0.0.1:9001",
 		AdminAddr: "127.0.0.1:9002",
+		GRPCTLS:   GRPCTLS{ReloadInterval: 10 * time.Second, MaxConnectionAge: 10 * time.Minute},
 		Principal: Principal{
 			Source: SourceMTLS,
 			JWT:    JWT{MetadataNamespace: "envoy.filters.http.jwt_authn", PayloadKey: "jwt_payload", Claim: "sub"},
@@ -324,6 +337,7 @@ func Default() Config {
 		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000, Store: StoreMemory,
 			Redis: Redis{KeyPrefix: "capsnap:", Timeout: 200 * time.Millisecond, ProbeInterval: 500 * time.Millisecond}},
 		Discovery: Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
+		Envelope:  Envelope{TTL: 30 * time.Second},
 		Catalog:   Catalog{MaxAge: 2 * time.Minute},
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},
@@ -388,12 +402,16 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	c.PolicyFile = abs(c.PolicyFile)
 	c.Audit.Path = abs(c.Audit.Path)
+	for i := range c.Envelope.KeyFiles {
+		c.Envelope.KeyFiles[i] = abs(c.Envelope.KeyFiles[i])
+	}
 	r := &c.Snapshots.Redis
 	r.SecretFile, r.PasswordFile = abs(r.SecretFile), abs(r.PasswordFile)
 	r.TLS.CAFile, r.TLS.CertFile, r.TLS.KeyFile = abs(r.TLS.CAFile), abs(r.TLS.CertFile), abs(r.TLS.KeyFile)
 	for i := range c.Servers {
 		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
 	}
+	c.resolveAccessPaths(abs)
 }
 
 var (
@@ -412,6 +430,9 @@ func (c Config) Validate() error {
 	}
 	if c.GRPCAddr == c.AdminAddr {
 		return fmt.Errorf("admin_addr: same as grpc_addr %q", c.GRPCAddr)
+	}
+	if err := c.validateAccess(); err != nil {
+		return err
 	}
 	if c.PolicyFile == "" {
 		return errors.New("policy_file: required")
@@ -435,6 +456,9 @@ func (c Config) Validate() error {
 	// so the ceiling is what fits comfortably in memory.
 	if c.Snapshots.MaxSnapshots < 1 || c.Snapshots.MaxSnapshots > 1_000_000 {
 		return fmt.Errorf("snapshots.max_snapshots: %d is outside 1..1000000", c.Snapshots.MaxSnapshots)
+	}
+	if c.Envelope.TTL < time.Second || c.Envelope.TTL > MaxEnvelopeTTL {
+		return fmt.Errorf("envelope.ttl: %s is outside 1s..%s", c.Envelope.TTL, MaxEnvelopeTTL)
 	}
 	if err := c.Snapshots.validateStore(); err != nil {
 		return fmt.Errorf("snapshots.%w", err)

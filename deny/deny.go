@@ -36,6 +36,9 @@ const (
 	// read or written within its bound, so no snapshot can be minted or
 	// verified.
 	StoreUnavailable Reason = "store_unavailable"
+	// EnvelopeFailed: capsnap could not sign the envelope of a call it
+	// would allow, so the call is not allowed.
+	EnvelopeFailed Reason = "envelope_failed"
 	// UnknownTool: the tool is not in the server's live catalog.
 	UnknownTool Reason = "unknown_tool"
 	// UnclassifiedTool: the policy assigns the tool no effect class.

@@ -204,6 +204,9 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.effect != 0 {
 		ev = ev.Str("effect_class", d.effect.String()).Str("policy_digest", d.policyDigest)
 	}
+	if d.envelopeID != "" {
+		ev = ev.Str("envelope", d.envelopeID)
+	}
 	if d.staleRead {
 		ev = ev.Bool("stale_catalog_read", true)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/policy"
 )
 
@@ -168,7 +169,11 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 				HeaderPolicyDigest, k.policyDigest,
 			)
 		})
-		set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch)
+		if d.envelope != "" {
+			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch, envelope.Header, d.envelope)
+		} else {
+			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch)
+		}
 	case d.snapshot != nil:
 		toClient = overwrite(nil,
 			HeaderEpoch, d.snapshot.Epoch,

@@ -18,6 +18,7 @@ import (
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -64,6 +65,11 @@ type Options struct {
 	Freshness config.Catalog
 	Principal config.Principal
 	Limits    mcpparse.Limits
+	// Envelope, if set, signs the envelope of every allowed tools/call
+	// (docs/ENVELOPE.md), valid for EnvelopeTTL (zero means 30s) and never
+	// past the snapshot's valid_until.
+	Envelope    *envelope.Keys
+	EnvelopeTTL time.Duration
 	// Audit receives one line per decision.
 	Audit   zerolog.Logger
 	Metrics *Metrics
@@ -93,6 +99,8 @@ type Server struct {
 	freshness   config.Catalog
 	principal   config.Principal
 	limits      mcpparse.Limits
+	envelope    *envelope.Keys
+	envelopeTTL time.Duration
 	auditLog    zerolog.Logger
 	metrics     *Metrics
 	now         func() time.Time
@@ -124,6 +132,8 @@ func New(o Options) (*Server, error) {
 		now:       o.Now,
 		newEpoch:  o.NewEpoch,
 
+		envelope:    o.Envelope,
+		envelopeTTL: o.EnvelopeTTL,
 		delivered:   o.Bind != config.BindCatalog,
 		maxResponse: o.MaxResponseBytes,
 		listingKey:  o.ListingKey,
@@ -133,6 +143,9 @@ func New(o Options) (*Server, error) {
 	}
 	if s.maxResponse <= 0 {
 		s.maxResponse = 1 << 20
+	}
+	if s.envelopeTTL <= 0 {
+		s.envelopeTTL = 30 * time.Second
 	}
 	if s.listingKey == nil {
 		s.listingKey = make([]byte, 32)
@@ -237,6 +250,9 @@ type decision struct {
 	// allowedTools, for a tool_not_granted denial, are the tools the
 	// principal may call instead.
 	allowedTools []string
+	// envelope is the signed envelope of an allowed tools/call, and
+	// envelopeID its jti, which the audit line names.
+	envelope, envelopeID string
 	// listing is the ticket of an allowed tools/list on the response path,
 	// for its response's Deliver.
 	listing string
@@ -324,7 +340,10 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return s.list(d, m)
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
-		return s.verifyCall(d)
+		if fail := s.verifyCall(d); fail != nil {
+			return fail
+		}
+		return s.signEnvelope(d)
 	}
 }
 
@@ -421,6 +440,35 @@ func (s *Server) store(d *decision, snap *cache.Snapshot) *deny.Error {
 	}
 	s.metrics.mintedFor(d.serverID)
 	d.snapshot = snap
+	return nil
+}
+
+// signEnvelope signs the envelope of an allowed call, binding it to exactly what
+// was verified: the handler that runs it can check each part against
+// itself before any side effect.
+func (s *Server) signEnvelope(d *decision) *deny.Error {
+	if s.envelope == nil {
+		return nil
+	}
+	args, err := envelope.ArgsDigest(d.arguments)
+	if err != nil {
+		// mcpparse read these bytes as a JSON object.
+		return deny.Errorf(deny.MalformedRequest, "arguments: %v", err)
+	}
+	exp := d.now.Add(s.envelopeTTL)
+	if d.snapshot.ValidUntil.Before(exp) {
+		exp = d.snapshot.ValidUntil
+	}
+	c := &envelope.Claims{
+		Audience: d.serverID, Subject: d.principal, IssuedAt: d.now.Unix(), Expiry: exp.Unix(),
+		ID: envelope.NewID(), Epoch: d.snapshot.Epoch, Tool: d.tool, SchemaDigest: d.digest,
+		EffectClass: d.effect.String(), PolicyDigest: d.policyDigest, ArgsDigest: args, RequestID: d.id,
+	}
+	token, err := s.envelope.Seal(c)
+	if err != nil {
+		return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+	}
+	d.envelope, d.envelopeID = token, c.ID
 	return nil
 }
 

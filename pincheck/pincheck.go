@@ -1,23 +1,31 @@
 // Package pincheck lets an MCP server built on the official Go SDK verify,
-// at handler start, that the call capsnap authorized is a call to the tool
-// definition this handler serves.
+// at handler start, that the call capsnap authorized is the call this
+// handler is about to run, against the tool definition it serves.
 //
-// capsnap pins the schema digest it verified into the x-capsnap-schema-digest
-// header of an allowed tools/call. Between that decision and the handler's
-// first line the server can still redeploy; pincheck closes that window by
-// comparing the pin with the digest of the handler's own definition, and
-// refusing the call before any side effect if they differ or the pin is
-// missing.
+// capsnap signs an envelope on every allowed tools/call (package envelope,
+// docs/ENVELOPE.md): the tool, the schema digest it verified, the digest of
+// the arguments, the audience and a short expiry. A Guard with a Verifier
+// checks that envelope, and that its schema digest is the digest of the
+// handler's own definition, before any side effect: a request that did not
+// pass through Envoy and capsnap, or replays another call's envelope, is
+// refused. Between capsnap's decision and the handler's first line the
+// server can still redeploy; the schema digest closes that window.
+//
+// Without a Verifier, a Guard compares the plain x-capsnap-schema-digest
+// header instead, which only a server no one but Envoy can reach may trust.
 package pincheck
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -35,25 +43,56 @@ const CodeRefused = -31000
 // one capsnap authorized.
 const Reason = "handler_drift"
 
-// Wrap returns h guarded by a check that the request's pinned schema digest
-// is the digest of def, the definition h is registered with. Register the
-// result with the same def: srv.AddTool(def, pincheck.Wrap(def, h)).
-func Wrap(def *mcp.Tool, h mcp.ToolHandler) (mcp.ToolHandler, error) {
+// Guard checks calls at handler start.
+type Guard struct {
+	verifier *envelope.Verifier
+}
+
+// NewGuard returns a Guard that checks capsnap's envelope with v; a nil v
+// checks the plain schema digest header only.
+func NewGuard(v *envelope.Verifier) *Guard { return &Guard{verifier: v} }
+
+// Wrap returns h guarded by g: the call must be the one capsnap authorized
+// and its schema digest the digest of def, the definition h is registered
+// with. Register the result with the same def:
+// srv.AddTool(def, g.Wrap(def, h)).
+func (g *Guard) Wrap(def *mcp.Tool, h mcp.ToolHandler) (mcp.ToolHandler, error) {
 	own, err := Digest(def)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var pinned, epoch string
-		if req.Extra != nil && req.Extra.Header != nil {
-			pinned = req.Extra.Header.Get(HeaderSchemaDigest)
-			epoch = req.Extra.Header.Get(HeaderEpoch)
+		var header http.Header
+		if req.Extra != nil {
+			header = req.Extra.Header
+		}
+		pinned, epoch := header.Get(HeaderSchemaDigest), header.Get(HeaderEpoch)
+		if g.verifier != nil {
+			c, err := g.verifier.Verify(header.Get(envelope.Header), envelope.Call{Tool: req.Params.Name, Arguments: req.Params.Arguments})
+			if err != nil {
+				var e *envelope.Error
+				if errors.As(err, &e) {
+					return nil, envelopeRefusal(def.Name, e)
+				}
+				return nil, envelopeRefusal(def.Name, &envelope.Error{Reason: envelope.Invalid, Detail: err.Error()})
+			}
+			pinned, epoch = c.SchemaDigest, c.Epoch
 		}
 		if pinned != own {
 			return nil, refusal(def.Name, pinned, own, epoch)
 		}
 		return h(ctx, req)
 	}, nil
+}
+
+// Wrap is NewGuard(nil).Wrap: the schema digest header only.
+func Wrap(def *mcp.Tool, h mcp.ToolHandler) (mcp.ToolHandler, error) {
+	return NewGuard(nil).Wrap(def, h)
+}
+
+func envelopeRefusal(tool string, e *envelope.Error) error {
+	data, _ := json.Marshal(map[string]string{"reason": string(e.Reason), "tool": tool, "detail": e.Detail, "return_to": "none"})
+	return &jsonrpc.Error{Code: CodeRefused, Message: fmt.Sprintf("tool %q refused at handler start: %s", tool, e), Data: data}
 }
 
 // Digest is the schema digest of def, as capsnap computes it.

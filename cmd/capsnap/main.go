@@ -44,6 +44,8 @@ const usage = `usage:
                                 print the decision and why
   capsnap policy reload [--admin ADDR] [--allow-loosening]
                                 ask a running capsnap to reload its policy
+  capsnap keys jwks --config FILE
+                                print the JWKS of the envelope keys, for the MCP servers' verifiers
   capsnap version               print the version
 `
 
@@ -64,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = lockCmd(args[1:], stdout, stderr)
 	case "policy":
 		err = policyCmd(args[1:], stdout, stderr)
+	case "keys":
+		err = keysCmd(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "capsnap", versionString())
 		return exitOK

@@ -63,6 +63,9 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if _, err := envelopeKeys(cfg); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
 	return nil
 }
@@ -91,6 +94,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	auditLog := zerolog.New(audit.NewWriter(auditOut)).With().Timestamp().Str("log", "audit").Logger()
 
 	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	if err != nil {
+		return err
+	}
+	keys, err := envelopeKeys(cfg)
 	if err != nil {
 		return err
 	}
@@ -133,6 +140,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
 		Audit:            auditLog,
 		Metrics:          extauthz.NewMetrics(reg),
+		Envelope:         keys,
+		EnvelopeTTL:      cfg.Envelope.TTL,
 	})
 	if err != nil {
 		return err
@@ -159,7 +168,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	healthpb.RegisterHealthServer(gs, hs)
-	admin := &http.Server{Handler: adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log), ReadHeaderTimeout: 5 * time.Second}
+	mux := adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log)
+	serveJWKS(mux, keys)
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, stop := signalContext()
 	defer stop()

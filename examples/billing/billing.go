@@ -22,6 +22,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/pincheck"
 )
 
@@ -116,12 +117,17 @@ type Options struct {
 	// pin is not the digest of the definition it serves (package pincheck).
 	// A refused call is not a handler start.
 	Pin bool
+	// Envelope, with Pin, checks capsnap's signed envelope instead of the
+	// plain pin header: a call that did not pass through capsnap, or that
+	// replays another call's envelope, is refused.
+	Envelope *envelope.Verifier
 }
 
 // Billing is one billing server.
 type Billing struct {
-	srv *mcp.Server
-	pin bool
+	srv   *mcp.Server
+	pin   bool
+	guard *pincheck.Guard
 
 	// deploy serializes redeploys; mu guards the fields below it.
 	deploy  sync.Mutex
@@ -138,6 +144,7 @@ func New(opts Options) *Billing {
 	b := &Billing{
 		srv:      mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1.0.0"}, nil),
 		pin:      opts.Pin,
+		guard:    pincheck.NewGuard(opts.Envelope),
 		handlers: map[string]mcp.ToolHandler{},
 	}
 	b.Reset()
@@ -279,7 +286,7 @@ func (b *Billing) handler(def *mcp.Tool) (mcp.ToolHandler, error) {
 	if !b.pin {
 		return h, nil
 	}
-	return pincheck.Wrap(def, h)
+	return b.guard.Wrap(def, h)
 }
 
 // started counts a handler start; it is the first thing a handler does.

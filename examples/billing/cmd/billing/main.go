@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/examples/billing"
 )
 
@@ -22,15 +23,32 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
 	variant := flag.String("variant", billing.Baseline, "contract to start with: "+strings.Join(billing.Variants(), ", "))
 	pin := flag.Bool("pin", true, "refuse, at handler start, calls whose capsnap pin is not the handler's own digest")
+	jwks := flag.String("jwks", "", "with -pin, check capsnap's signed envelope against this JWKS (a file, or an http(s) URL such as capsnap's /.well-known/jwks.json) instead of the plain pin header")
+	serverID := flag.String("server-id", "billing", "this server's server_id: the audience its envelopes must name")
 	flag.Parse()
-	if err := run(*addr, *variant, *pin); err != nil {
+	opts := billing.Options{Pin: *pin}
+	if *jwks != "" {
+		o := envelope.VerifierOptions{Audience: *serverID}
+		if strings.HasPrefix(*jwks, "http://") || strings.HasPrefix(*jwks, "https://") {
+			o.JWKSURL = *jwks
+		} else {
+			o.JWKSFile = *jwks
+		}
+		v, err := envelope.NewVerifier(o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "billing:", err)
+			os.Exit(1)
+		}
+		opts.Envelope = v
+	}
+	if err := run(*addr, *variant, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "billing:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, variant string, pin bool) error {
-	b := billing.New(billing.Options{Pin: pin})
+func run(addr, variant string, opts billing.Options) error {
+	b := billing.New(opts)
 	if err := b.SetVariant(variant); err != nil {
 		return err
 	}
@@ -45,7 +63,7 @@ func run(addr, variant string, pin bool) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	fmt.Fprintf(os.Stderr, "billing: serving %s on http://%s/mcp (pin=%v)\n", variant, l.Addr(), pin)
+	fmt.Fprintf(os.Stderr, "billing: serving %s on http://%s/mcp (pin=%v, envelope=%v)\n", variant, l.Addr(), opts.Pin, opts.Envelope != nil)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

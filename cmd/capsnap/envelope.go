@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envelope"
+)
+
+// envelopeKeys loads the keys envelope.key_files names; nil when there are
+// none, and capsnap then sends no envelope.
+func envelopeKeys(cfg config.Config) (*envelope.Keys, error) {
+	if len(cfg.Envelope.KeyFiles) == 0 {
+		return nil, nil
+	}
+	k, err := envelope.LoadKeys(cfg.Envelope.KeyFiles...)
+	if err != nil {
+		return nil, fmt.Errorf("envelope.key_files: %w", err)
+	}
+	return k, nil
+}
+
+// serveJWKS publishes the envelope keys' public halves, where verifiers
+// (pincheck's JWKS URL, verifiers/) fetch them. Public keys: no secret is
+// served, so the endpoint needs no protection beyond the admin listener's.
+func serveJWKS(mux *http.ServeMux, keys *envelope.Keys) {
+	if keys == nil {
+		return
+	}
+	jwks := keys.JWKS()
+	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Header().Set("Cache-Control", "max-age=60")
+		_, _ = w.Write(jwks)
+	})
+}
+
+// keysCmd prints the JWKS of the envelope keys a configuration names: what
+// to hand the MCP servers' verifiers.
+func keysCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "jwks" {
+		return usageError{"keys: the subcommand jwks is required"}
+	}
+	path, err := configFlag("keys jwks", args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	keys, err := envelopeKeys(cfg)
+	if err != nil {
+		return err
+	}
+	if keys == nil {
+		return fmt.Errorf("keys jwks: %s names no envelope.key_files", path)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", keys.JWKS())
+	return err
+}
