@@ -66,6 +66,9 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := envelopeKeys(cfg); err != nil {
 		return err
 	}
+	if _, err := newHop(cfg, zerolog.Nop()); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
 	return nil
 }
@@ -98,6 +101,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	keys, err := envelopeKeys(cfg)
+	if err != nil {
+		return err
+	}
+	hop, err := newHop(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -157,7 +164,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	// A tools/list response reaches ext_proc whole, in one message.
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes) + 64<<10))
+	gs := grpc.NewServer(append(hop.grpcOptions(), grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10))...)
 	authv3.RegisterAuthorizationServer(gs, srv)
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
@@ -170,12 +177,13 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	mux := adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log)
 	serveJWKS(mux, keys)
-	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: hop.guardAdmin(mux), ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, stop := signalContext()
 	defer stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cat.Run(ctx) })
+	g.Go(func() error { hop.run(ctx); return nil })
 	g.Go(func() error { return gs.Serve(grpcLis) })
 	g.Go(func() error {
 		if err := admin.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
