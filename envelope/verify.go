@@ -59,7 +59,7 @@ type VerifierOptions struct {
 	JWKSFile string
 	JWKSURL  string
 	// Refresh is how long a JWKS fetched from JWKSURL is kept; an unknown
-	// kid fetches it again at most every ten seconds. Zero means 5m.
+	// kid fetches it again at most once a second. Zero means 5m.
 	Refresh time.Duration
 	Client  *http.Client
 	// Leeway allows for clock skew with capsnap at exp; zero means 5s.
@@ -129,14 +129,14 @@ func parseJWKS(data []byte) (*jose.JSONWebKeySet, error) {
 }
 
 // key finds kid's key, fetching the JWKS again if it comes from a URL and
-// is old, or lacks kid and was not fetched in the last ten seconds.
+// is old, or lacks kid and was not fetched in the last second.
 func (v *Verifier) key(kid string) (*jose.JSONWebKey, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.o.Now()
 	if v.o.JWKSURL != "" {
 		stale := v.keys == nil || now.Sub(v.fetchedAt) > v.o.Refresh
-		if !stale && len(v.keys.Key(kid)) == 0 && now.Sub(v.fetchedAt) > 10*time.Second {
+		if !stale && len(v.keys.Key(kid)) == 0 && now.Sub(v.fetchedAt) > time.Second {
 			stale = true // a key capsnap rotated to
 		}
 		if stale {

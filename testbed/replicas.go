@@ -14,11 +14,20 @@ import (
 // writeCapsnapConfigs writes capsnap.yaml (replica 0) and, with Redis,
 // capsnap-1.yaml and the secret both replicas share.
 func (s *Stack) writeCapsnapConfigs() error {
+	if s.opts.Envelope && s.envelopeKeys == nil {
+		if err := WriteEnvelopeKey(s.EnvelopeKey()); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		s.envelopeKeys = []string{s.EnvelopeKey()}
+	}
 	files := map[string]string{"capsnap.yaml": s.capsnapConfig(0, "")}
 	if s.opts.Redis != "" {
-		var key [32]byte
-		_, _ = rand.Read(key[:])
-		files["snapshot.key"] = base64.StdEncoding.EncodeToString(key[:]) + "\n"
+		// Written once: the replicas keep one secret across restarts.
+		if _, err := os.Stat(filepath.Join(s.opts.Dir, "snapshot.key")); err != nil {
+			var key [32]byte
+			_, _ = rand.Read(key[:])
+			files["snapshot.key"] = base64.StdEncoding.EncodeToString(key[:]) + "\n"
+		}
 		files["capsnap-1.yaml"] = s.capsnapConfig(1, "")
 	}
 	for name, content := range files {

@@ -90,6 +90,10 @@ type StackOptions struct {
 	// share it as their snapshot store, behind one Envoy cluster (round
 	// robin, gRPC health-checked). Replica 0 is Capsnap.
 	Redis string
+	// Envelope makes capsnap sign the envelope of every allowed call with
+	// a key the stack writes (EnvelopeKey), and the billing servers check
+	// it (pincheck) against the JWKS capsnap serves.
+	Envelope bool
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -100,6 +104,8 @@ type Stack struct {
 	Envoy, Capsnap, Billing, Payments *Process
 	// Replica2 is the second capsnap replica, with StackOptions.Redis.
 	Replica2 *Process
+	// envelopeKeys are capsnap's envelope.key_files.
+	envelopeKeys []string
 	// EnvoyVersion is what the running Envoy says it is.
 	EnvoyVersion string
 }
@@ -171,6 +177,9 @@ func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, 
 		return s.startCommand(ctx, id)
 	}
 	args := append([]string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.ServerArgs...)
+	if s.opts.Envelope {
+		args = append(args, "-server-id", id, "-jwks", s.ReplicaAdminURL(0)+"/.well-known/jwks.json")
+	}
 	p, err := Start(id, s.opts.Billing, args, s.opts.Tee)
 	if err != nil {
 		return nil, err
@@ -270,6 +279,9 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
   - id: payments
     url: %s/mcp
     resync_interval: 2s`, s.ServerURL("billing"), s.ServerURL("payments"))
+	}
+	if len(s.envelopeKeys) > 0 {
+		denials += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {
