@@ -61,8 +61,19 @@ type Admin struct {
 const MinTokenBytes = 32
 
 // ReadToken reads the admin token file: its bytes, less a final newline.
+// The token is sent in a header, so it is printable ASCII without spaces
+// (base64 is).
 func (a Admin) ReadToken() ([]byte, error) {
-	return readSecretFile("admin.token_file", a.TokenFile, MinTokenBytes)
+	b, err := readSecretFile("admin.token_file", a.TokenFile, MinTokenBytes)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range b {
+		if c <= ' ' || c > '~' {
+			return nil, fmt.Errorf("admin.token_file: %s holds a byte that cannot go in a header: want printable ASCII without spaces, such as base64", a.TokenFile)
+		}
+	}
+	return b, nil
 }
 
 // readSecretFile reads the secret in the file at path, which field names:

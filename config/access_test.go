@@ -73,6 +73,9 @@ func TestReadToken(t *testing.T) {
 	if _, err := write("short", tok[1:]).ReadToken(); err == nil || !strings.Contains(err.Error(), "admin.token_file: ") || !strings.Contains(err.Error(), "fewer than 32") {
 		t.Errorf("a 31-byte token: %v", err)
 	}
+	if _, err := write("spaced", tok+" "+tok).ReadToken(); err == nil || !strings.Contains(err.Error(), "cannot go in a header") {
+		t.Errorf("a token with a space: %v", err)
+	}
 	if _, err := (Admin{TokenFile: filepath.Join(dir, "none")}).ReadToken(); err == nil || !strings.Contains(err.Error(), "admin.token_file") {
 		t.Errorf("a missing token file: %v", err)
 	}

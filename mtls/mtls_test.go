@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -164,11 +163,7 @@ func (r *rig) dial(t *testing.T, roots *x509.CertPool, certs ...tls.Certificate)
 // refusedWith fails unless err is the server's TLS alert naming want.
 func refusedWith(t *testing.T, err error, want string) {
 	t.Helper()
-	var op *net.OpError
-	if err == nil {
-		t.Fatal("the handshake succeeded; want it refused")
-	}
-	if !errors.As(err, &op) || op.Op != "remote error" || !strings.Contains(err.Error(), want) {
+	if !testbed.IsAlert(err, want) {
 		t.Fatalf("got %v; want the server's alert %q", err, want)
 	}
 }

@@ -8,12 +8,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -209,4 +211,33 @@ func certTemplate() (*x509.Certificate, error) {
 		NotBefore: now.Add(-time.Minute),
 		NotAfter:  now.Add(pkiValidity),
 	}, nil
+}
+
+// TLSRefusal makes a TLS handshake with the server at addr as cfg's client
+// and returns the alert the server refused it with, or nil if the server
+// accepted it (sent anything after the handshake: a gRPC server sends its
+// HTTP/2 settings at once). Under TLS 1.3 the client's side of the
+// handshake completes before the server has checked the client's
+// certificate, so the refusal is the first thing read. Any other failure
+// is returned as it is.
+func TLSRefusal(addr string, cfg *tls.Config) error {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: cfg}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	_, err = conn.Read(make([]byte, 1))
+	return err
+}
+
+// IsAlert reports whether err is a TLS alert the peer sent whose text
+// contains want ("bad certificate", "certificate required", "unknown
+// certificate authority").
+func IsAlert(err error, want string) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error" && strings.Contains(err.Error(), want)
 }

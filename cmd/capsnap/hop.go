@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -49,7 +50,7 @@ func newHop(cfg config.Config, log zerolog.Logger) (*hop, error) {
 			Allowed: t.AllowedClients, ReloadInterval: t.ReloadInterval, Logger: log,
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("grpc_tls: %w", err)
 		}
 		h.tls = s
 		serial, notAfter := s.Current()

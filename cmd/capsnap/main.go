@@ -42,7 +42,7 @@ const usage = `usage:
   capsnap policy lint FILE      check a policy file
   capsnap policy explain --policy FILE --principal P --server S --tool T [--args JSON]
                                 print the decision and why
-  capsnap policy reload [--admin ADDR] [--allow-loosening]
+  capsnap policy reload [--config FILE] [--admin ADDR] [--token-file FILE] [--allow-loosening]
                                 ask a running capsnap to reload its policy
   capsnap keys jwks --config FILE
                                 print the JWKS of the envelope keys, for the MCP servers' verifiers

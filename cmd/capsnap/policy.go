@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -78,11 +79,16 @@ func policyExplain(args []string, stdout, stderr io.Writer) error {
 }
 
 // policyReload asks a running capsnap to reload its policy; only this
-// command (with --allow-loosening) can put a looser policy in force.
+// command (with --allow-loosening) can put a looser policy in force. With
+// --config it reads capsnap's own configuration for where to ask
+// (admin_addr, on loopback if it listens on every interface) and the token
+// to ask with (admin.token_file); --admin and --token-file override it.
 func policyReload(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("policy reload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", config.Default().AdminAddr, "capsnap's admin_addr")
+	tokenFile := fs.String("token-file", "", "the file holding capsnap's admin token (admin.token_file)")
+	configPath := fs.String("config", "", "capsnap's configuration file, for admin_addr and admin.token_file")
 	loosen := fs.Bool("allow-loosening", false, "put the new policy in force even if it loosens the one in force")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,9 +96,34 @@ func policyReload(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 0 {
 		return usageError{"policy reload: no arguments besides flags"}
 	}
-	url := fmt.Sprintf("http://%s/policy/reload?allow_loosening=%t", *admin, *loosen)
+	if *configPath != "" {
+		cfg, err := config.Load(*configPath)
+		if err != nil {
+			return err
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["admin"] {
+			*admin = loopbackIfUnspecified(cfg.AdminAddr)
+		}
+		if !set["token-file"] {
+			*tokenFile = cfg.Admin.TokenFile
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/policy/reload?allow_loosening=%t", *admin, *loosen), strings.NewReader("{}"))
+	if err != nil {
+		return usageError{fmt.Sprintf("policy reload: --admin %q: %v", *admin, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if *tokenFile != "" {
+		tok, err := config.Admin{TokenFile: *tokenFile}.ReadToken()
+		if err != nil {
+			return fmt.Errorf("policy reload: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+string(tok))
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Post(url, "application/json", strings.NewReader("{}"))
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("policy reload: %w", err)
 	}
@@ -106,4 +137,22 @@ func policyReload(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "policy reload:", out.Result)
 	return nil
+}
+
+// loopbackIfUnspecified is where to dial a listener on addr from its own
+// host: its loopback address if it listens on every interface.
+func loopbackIfUnspecified(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "":
+		return net.JoinHostPort("127.0.0.1", port)
+	case ip != nil && ip.IsUnspecified() && ip.To4() == nil:
+		return net.JoinHostPort("::1", port)
+	case ip != nil && ip.IsUnspecified():
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
