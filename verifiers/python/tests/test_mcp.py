@@ -1,0 +1,205 @@
+"""guard() on a real MCPServer of the pinned SDK over streamable HTTP (the
+example server, as its own process): a call with capsnap's envelope for
+exactly it runs its handler; every other call is refused with JSON-RPC error
+-31000 and data.reason before the handler starts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from capsnap_envelope import args_digest, tool_digest  # noqa: E402
+from support import GOLDEN_JWKS, GoldenKey, golden_claims  # noqa: E402
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "example", "server.py")
+A, B = GoldenKey("key-a.pem"), GoldenKey("key-b.pem")
+REFUND = {"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}
+ids = itertools.count(100)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The example server, run as `python example/server.py` against the golden JWKS."""
+
+    def __init__(self) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [sys.executable, EXAMPLE, "--addr", self.url[len("http://") :], "--server-id", "billing", "--jwks-file", GOLDEN_JWKS],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"the example server did not start:\n{self.output()}") from None
+                time.sleep(0.05)
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(self.url + "/admin/stats", timeout=5) as r:
+            return json.load(r)
+
+    def starts(self, tool: str) -> int:
+        return self.stats()["handler_starts"].get(tool, 0)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
+
+
+class Session:
+    """A client session speaking JSON-RPC over plain HTTP, so that the test chooses every header and id."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.sid = url + "/mcp", None
+        res, headers = self.post(
+            {
+                "jsonrpc": "2.0", "id": next(ids), "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+            }
+        )  # fmt: skip
+        assert "result" in res, res
+        self.sid = headers["mcp-session-id"]
+        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def post(self, body: dict, headers: dict | None = None) -> tuple[dict | None, dict]:
+        h = {"content-type": "application/json", "accept": "application/json, text/event-stream", **(headers or {})}
+        if self.sid:
+            h |= {"mcp-session-id": self.sid, "mcp-protocol-version": "2025-11-25"}
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=h, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                data = r.read()
+                return (json.loads(data) if data else None), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            data = e.read()
+            return (json.loads(data) if data else None), dict(e.headers)
+
+    def rpc(self, method: str, params: dict, headers: dict | None = None, id: int | None = None) -> dict:
+        return self.post({"jsonrpc": "2.0", "id": next(ids) if id is None else id, "method": method, "params": params}, headers)[0]
+
+    def definition(self, tool: str) -> dict | None:
+        return next((t for t in self.rpc("tools/list", {})["result"]["tools"] if t["name"] == tool), None)
+
+
+class GuardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.srv = Server()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.srv.close()
+
+    def envelope(self, s: Session, *, id, tool="refund", args=REFUND, key=A, edit=None) -> str:
+        """The envelope capsnap would sign for this call, now, with edits."""
+        d = s.definition(tool)
+        now = int(time.time())
+        c = {
+            **golden_claims(), "iat": now, "exp": now + 30, "jti": f"jti-{next(ids)}", "tool": tool,
+            "schema_digest": tool_digest(d) if d else "sha256:" + "0" * 64, "args_digest": args_digest(args), "rid": id,
+        }  # fmt: skip
+        if edit:
+            edit(c)
+        return key.seal(c)
+
+    def refused(self, s: Session, *, tool="refund", args=REFUND, id=None, headers=None) -> str:
+        id = next(ids) if id is None else id
+        before = self.srv.starts(tool)
+        msg = s.rpc("tools/call", {"name": tool, "arguments": args}, headers, id)
+        self.assertEqual(self.srv.starts(tool), before, "the handler started")
+        self.assertIn("error", msg, msg)
+        self.assertEqual(msg["error"]["code"], -31000, msg)
+        self.assertEqual(msg["id"], id)
+        return msg["error"]["data"]["reason"]
+
+    def test_a_call_with_its_envelope_runs_the_handler(self):
+        s = Session(self.srv.url)
+        id = next(ids)
+        before = self.srv.starts("refund")
+        msg = s.rpc("tools/call", {"name": "refund", "arguments": REFUND}, {"x-capsnap-envelope": self.envelope(s, id=id)}, id)
+        self.assertNotIn("error", msg, msg)
+        self.assertFalse(msg["result"].get("isError"), msg)
+        self.assertIn("refunded 40 USD on A-100", msg["result"]["content"][0]["text"])
+        self.assertEqual(self.srv.starts("refund"), before + 1)
+
+    def test_refusals_before_the_handler_starts(self):
+        s = Session(self.srv.url)
+        env = "x-capsnap-envelope"
+        # Forged capsnap headers, as a request that bypassed Envoy could write them, and no envelope.
+        forged = {"x-capsnap-schema-digest": "sha256:" + "a" * 64, "x-capsnap-epoch": "ep_forged", "x-capsnap-principal": "spiffe://acme/agent/support-refund"}
+        self.assertEqual(self.refused(s, headers=forged), "envelope_missing")
+        # Replayed, with other arguments.
+        i = next(ids)
+        used = self.envelope(s, id=i)
+        self.assertNotIn("error", s.rpc("tools/call", {"name": "refund", "arguments": REFUND}, {env: used}, i))
+        self.assertEqual(self.refused(s, id=i, args={**REFUND, "amount": 250}, headers={env: used}), "envelope_mismatch")
+        self.assertEqual(self.refused(s, id=i, headers={env: used}), "envelope_replayed")
+        # For another request of the session.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i + 1000, headers={env: self.envelope(s, id=i)}), "envelope_mismatch")
+        # For another tool.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, tool="lookup_order", args={"order_id": "A-100"}, headers={env: self.envelope(s, id=i)}), "envelope_mismatch")
+
+        def expire(c):
+            c["iat"], c["exp"] = c["iat"] - 120, c["iat"] - 60
+
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: self.envelope(s, id=i, edit=expire)}), "envelope_expired")
+        # Signed by a key capsnap does not publish.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: self.envelope(s, id=i, key=B)}), "envelope_invalid")
+        # For another server.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: self.envelope(s, id=i, edit=lambda c: c.update(aud="payments"))}), "envelope_foreign")
+        # Authorized against another definition of the tool.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: self.envelope(s, id=i, edit=lambda c: c.update(schema_digest="sha256:" + "b" * 64))}), "handler_drift")
+        # For a tool this server does not list.
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, tool="wire_transfer", args={}, headers={env: self.envelope(s, id=i, tool="wire_transfer", args={})}), "handler_drift")
+        self.assertGreaterEqual(self.srv.stats()["refusals"]["envelope_missing"], 1)
+
+    def test_a_refusal_is_a_jsonrpc_error_with_the_documented_data(self):
+        s = Session(self.srv.url)
+        msg = s.rpc("tools/call", {"name": "refund", "arguments": REFUND})
+        self.assertEqual(msg["error"]["code"], -31000)
+        self.assertEqual(msg["error"]["data"]["reason"], "envelope_missing")
+        self.assertEqual(msg["error"]["data"]["tool"], "refund")
+        self.assertIn("x-capsnap-envelope", msg["error"]["data"]["detail"])
+
+    def test_other_methods_are_not_guarded(self):
+        s = Session(self.srv.url)
+        self.assertEqual([t["name"] for t in s.rpc("tools/list", {})["result"]["tools"]], ["refund", "lookup_order"])
+
+
+if __name__ == "__main__":
+    unittest.main()
