@@ -147,11 +147,11 @@ export function toolDigest(definition) {
  * @property {string} audience the server_id of the server this verifier guards
  * @property {string} [jwksFile] a JWKS file (`capsnap keys jwks --config FILE`)
  * @property {string} [jwksUrl] capsnap's GET /.well-known/jwks.json; fetched on first use, kept
- *   for `refresh`, and fetched again when an envelope names a kid it lacks (at most every 10 s)
+ *   for `refresh`, and fetched again when an envelope names a kid it lacks (at most once a `cooldown`)
  * @property {object} [jwks] a JWKS object
  * @property {number} [refresh] how long a fetched JWKS is kept, in ms (default 5 minutes)
  * @property {number} [cooldown] how soon after a fetch an unknown kid may fetch the JWKS again,
- *   in ms (default 10 s)
+ *   in ms (default 1 s, as capsnap's Go verifier)
  * @property {number} [leeway] clock skew allowed at exp, in seconds (default 5)
  * @property {() => number} [now] the clock, in ms since the epoch (default Date.now)
  */
@@ -174,7 +174,7 @@ export function createVerifier(options) {
   let keyFor;
   if (jwksUrl !== undefined) {
     const remote = createRemoteJWKSet(new URL(jwksUrl), {
-      cacheMaxAge: options.refresh ?? 5 * 60_000, cooldownDuration: options.cooldown ?? 10_000, timeoutDuration: 5_000,
+      cacheMaxAge: options.refresh ?? 5 * 60_000, cooldownDuration: options.cooldown ?? 1_000, timeoutDuration: 5_000,
     });
     keyFor = async header => {
       try {
