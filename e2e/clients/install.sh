@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the official TypeScript and Python MCP SDK clients that
-# e2e/sdk_test.go drives, at the versions pinned beside this script:
+# e2e/sdk_test.go drives, at the versions pinned beside this script, and
+# capsnap's envelope verifiers for those SDKs (verifiers/), at theirs:
 #
 #   e2e/clients/ts/node_modules  npm ci from ts/package-lock.json
-#   bin/sdk-venv                 a venv with python/requirements.txt,
+#   verifiers/ts/node_modules    npm ci from verifiers/ts/package-lock.json
+#   bin/sdk-venv                 a venv with python/requirements.txt and
+#                                verifiers/python/requirements.txt,
 #                                constrained by python/constraints.txt
 #
 # Idempotent and quick when nothing changed: each half is redone only when
@@ -45,23 +48,27 @@ command -v npm >/dev/null 2>&1 ||
 node_major="$("$node" -p 'process.versions.node.split(".")[0]')"
 [ "$node_major" -ge 20 ] || die "node $("$node" --version) is too old: the TypeScript MCP SDK client needs Node.js 20 or later"
 
-ts_stamp="$ts/node_modules/.capsnap-install"
-ts_want="$(digest "$ts/package.json" "$ts/package-lock.json")-$("$node" --version)"
-if [ ! -d "$ts/node_modules" ] || [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_want" ]; then
-	echo "installing the TypeScript MCP SDK client (npm ci in e2e/clients/ts)"
-	npm ci --prefix "$ts" --no-audit --no-fund --loglevel=error ||
-		die "npm ci --prefix $ts failed"
-	echo "$ts_want" >"$ts_stamp"
-fi
+for dir in "$ts" "$root/verifiers/ts"; do
+	stamp="$dir/node_modules/.capsnap-install"
+	want="$(digest "$dir/package.json" "$dir/package-lock.json")-$("$node" --version)"
+	if [ ! -d "$dir/node_modules" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+		echo "installing ${dir#"$root"/} (npm ci)"
+		npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error ||
+			die "npm ci --prefix $dir failed"
+		echo "$want" >"$stamp"
+	fi
+done
 
 # --- Python: mcp ---------------------------------------------------------
+# The envelope verifier's JOSE library, joserfc, needs Python 3.11.
+pyreq="$root/verifiers/python/requirements.txt"
 command -v "$python3" >/dev/null 2>&1 ||
-	die "python3 not found: the Python MCP SDK client needs Python 3.10 or later, with its venv module"
-"$python3" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-	die "$("$python3" --version 2>&1) is too old: the Python MCP SDK client needs Python 3.10 or later"
+	die "python3 not found: the Python MCP SDK client and envelope verifier need Python 3.11 or later, with its venv module"
+"$python3" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+	die "$("$python3" --version 2>&1) is too old: the Python MCP SDK client and envelope verifier need Python 3.11 or later"
 
 py_stamp="$venv/.capsnap-install"
-py_want="$(digest "$py/requirements.txt" "$py/constraints.txt")-$("$python3" -c 'import sys; print(sys.version.split()[0])')"
+py_want="$(digest "$py/requirements.txt" "$py/constraints.txt" "$pyreq")-$("$python3" -c 'import sys; print(sys.version.split()[0])')"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$py_stamp" 2>/dev/null)" != "$py_want" ]; then
 	echo "installing the Python MCP SDK client (a venv at ${venv#"$root"/})"
 	rm -rf "$venv"
@@ -69,8 +76,8 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$py_stamp" 2>/dev/null)" != "$py_wan
 	"$python3" -m venv "$venv" ||
 		die "$python3 -m venv $venv failed: install Python's venv module (on Debian and Ubuntu: apt-get install python3-venv)"
 	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-		-r "$py/requirements.txt" -c "$py/constraints.txt" ||
-		die "pip install -r $py/requirements.txt -c $py/constraints.txt failed"
+		-r "$py/requirements.txt" -r "$pyreq" -c "$py/constraints.txt" ||
+		die "pip install -r $py/requirements.txt -r $pyreq -c $py/constraints.txt failed"
 	echo "$py_want" >"$py_stamp"
 fi
 
@@ -79,8 +86,13 @@ ts_sdk="$(cd "$ts" && "$node" -p 'require("./node_modules/@modelcontextprotocol/
 	die "the TypeScript MCP SDK is not importable from $ts"
 py_sdk="$("$venv/bin/python" -c 'from importlib.metadata import version; import mcp; print(version("mcp"))')" ||
 	die "the Python MCP SDK is not importable in $venv"
+ver_ts="$(cd "$root/verifiers/ts" && "$node" -p 'const v = p => require("./node_modules/" + p + "/package.json").version; `jose ${v("jose")}, canonicalize ${v("canonicalize")}, @modelcontextprotocol/sdk ${v("@modelcontextprotocol/sdk")}`')" ||
+	die "the TypeScript envelope verifier's packages are not installed in verifiers/ts"
+ver_py="$("$venv/bin/python" -c 'from importlib.metadata import version; import joserfc, rfc8785; print("joserfc", version("joserfc") + ", rfc8785", version("rfc8785"))')" ||
+	die "the Python envelope verifier's packages are not importable in $venv"
 echo "node $("$node" --version): @modelcontextprotocol/sdk $ts_sdk (CAPSNAP_E2E_NODE=$(command -v "$node"))"
 echo "$("$venv/bin/python" --version): mcp $py_sdk (CAPSNAP_E2E_PYTHON=$venv/bin/python)"
+echo "envelope verifiers: verifiers/ts ($ver_ts); verifiers/python ($ver_py)"
 if command -v go >/dev/null 2>&1; then
 	echo "go $(go env GOVERSION): $(cd "$root" && go list -m -f '{{.Path}} {{.Version}}' github.com/modelcontextprotocol/go-sdk)"
 fi
