@@ -69,6 +69,9 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	s, err := testbed.StartStack(ctx, testbed.StackOptions{
 		Capsnap: capsnapBin, Billing: billingBin, Envoy: envoyBin,
 		Ports: testbed.DemoPorts, Dir: dir, Policy: policy, Tee: tee,
+		// capsnap signs every allowed call; the servers check the envelope
+		// against capsnap's JWKS before a handler starts.
+		Envelope: true,
 	})
 	if err != nil {
 		return err
@@ -152,11 +155,44 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	step(`A body with "name" twice (a parser differential)`)
 	rawPost(ctx, s, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"lookup_order","name":"refund","arguments":{}}}`)
 
+	step("A request straight to billing, bypassing Envoy, with forged x-capsnap-* headers")
+	before = starts(ctx, s)
+	if err := bypass(ctx, s, digest("baseline"), epoch); err != nil {
+		return err
+	}
+	fmt.Printf("  handler starts: %d -> %d (only a call capsnap signed runs)\n", before, starts(ctx, s))
+
 	step(fmt.Sprintf("Done: the refund handler ran %d time(s), each under a verified contract", starts(ctx, s)))
 	return nil
 }
 
 func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+// forge writes the x-capsnap-* headers capsnap would, with no envelope: a
+// pod that reaches the server without passing Envoy.
+type forge struct{ digest, epoch string }
+
+func (f forge) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("x-capsnap-schema-digest", f.digest)
+	r.Header.Set("x-capsnap-epoch", f.epoch)
+	r.Header.Set("x-capsnap-principal", supportAgent)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func bypass(ctx context.Context, s *testbed.Stack, digest, epoch string) error {
+	client := mcp.NewClient(&mcp.Implementation{Name: "bypass", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: s.ServerURL("billing") + "/mcp", HTTPClient: &http.Client{Transport: forge{digest, epoch}},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("connect to billing directly: %w", err)
+	}
+	defer cs.Close()
+	fmt.Printf("  POST %s/mcp tools/call refund, x-capsnap-schema-digest %s\n", s.ServerURL("billing"), short(digest))
+	call(ctx, cs, "refund", refundA100)
+	return nil
+}
 
 func digest(variant string) string {
 	for _, d := range billing.Definitions(variant) {
