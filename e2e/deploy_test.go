@@ -55,6 +55,8 @@ type deployment struct {
 	name string
 	// principal is capsnap's principal section for this deployment.
 	principal string
+	// grpcTLS, if set, is capsnap's grpc_tls section for this deployment.
+	grpcTLS func(creds) string
 	// config renders the Envoy YAML for a stack on ports.
 	config func(testbed.Ports, creds) ([]byte, error)
 	// as is the HTTP side of an agent that proves it is principal.
@@ -75,6 +77,7 @@ var deployments = []deployment{
 	{
 		name:      "mtls",
 		principal: "{source: mtls}",
+		grpcTLS:   func(c creds) string { return testbed.CapsnapTLS(c.pki, "") },
 		config: func(p testbed.Ports, c creds) ([]byte, error) {
 			return testbed.MTLSEnvoyConfig(p, c.pki), nil
 		},
@@ -143,6 +146,9 @@ func TestDeployments(t *testing.T) {
 					t.Fatal(err)
 				}
 				o.EnvoyYAML, o.Principal = cfg, d.principal
+				if d.grpcTLS != nil {
+					o.GRPCTLS = d.grpcTLS(c)
+				}
 			})
 			support, readonly := d.as(t, c, supportAgent), d.as(t, c, readonlyAgent)
 

@@ -3,6 +3,7 @@ package testbed
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,18 @@ const jwksPlaceholder = "${JWKS}"
 // server certificate and requiring client certificates from its CA.
 func MTLSEnvoyConfig(p Ports, pki *PKI) []byte {
 	return render(envoy.MTLS, p, strings.NewReplacer(tlsDir, pki.Dir+"/"))
+}
+
+// CapsnapTLS is capsnap's grpc_tls section in envoy/mtls.yaml's deployment,
+// as a YAML flow mapping: pki's capsnap certificate, its CA for clients, and
+// Envoy's identity the one client allowed; more, if set, adds entries
+// ("reload_interval: 100ms").
+func CapsnapTLS(pki *PKI, more string) string {
+	if more != "" {
+		more = ", " + more
+	}
+	return fmt.Sprintf("{cert_file: %q, key_file: %q, client_ca_file: %q, allowed_clients: [%q]%s}",
+		filepath.Join(pki.Dir, CapsnapCertFile), filepath.Join(pki.Dir, CapsnapKeyFile), filepath.Join(pki.Dir, CAFile), EnvoyIdentity, more)
 }
 
 // JWTEnvoyConfig is envoy/jwt.yaml for a stack on ports p, serving pki's

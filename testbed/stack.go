@@ -68,6 +68,11 @@ type StackOptions struct {
 	// Principal, if set, is capsnap's principal section as a YAML flow
 	// mapping, e.g. "{source: mtls}"; empty trusts the development header.
 	Principal string
+	// GRPCTLS, if set, is capsnap's grpc_tls section as a YAML flow
+	// mapping (CapsnapTLS renders envoy/mtls.yaml's); empty: plaintext.
+	GRPCTLS string
+	// AdminTokenFile, if set, is capsnap's admin.token_file.
+	AdminTokenFile string
 	// ServerArgs are passed to both server processes after -addr and
 	// -variant, e.g. testbed/cmd/mcpfixture's -mode.
 	ServerArgs []string
@@ -266,6 +271,12 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	principal := "# Development only: the demo has no mTLS, so the client names itself.\nprincipal: {source: header, insecure_header: true}"
 	if s.opts.Principal != "" {
 		principal = "principal: " + s.opts.Principal
+	}
+	if s.opts.GRPCTLS != "" {
+		principal += "\ngrpc_tls: " + s.opts.GRPCTLS
+	}
+	if s.opts.AdminTokenFile != "" {
+		principal += fmt.Sprintf("\nadmin: {token_file: %q}", s.opts.AdminTokenFile)
 	}
 	denials := ""
 	if s.opts.Denials != "" {
