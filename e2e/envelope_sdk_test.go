@@ -1,0 +1,224 @@
+//go:build e2e
+
+package e2e
+
+// capsnap's envelope checked by the TypeScript and Python verifiers
+// (verifiers/ts, verifiers/python), each guarding a real MCP server on that
+// SDK (their example servers: McpServer of @modelcontextprotocol/sdk, and
+// MCPServer of the mcp package), run as both of the stack's servers behind
+// the real Envoy, with capsnap signing envelopes (StackOptions.Envelope)
+// and the servers fetching capsnap's JWKS from its admin listener.
+//
+// Through Envoy an allowed call is verified and its handler runs; sent
+// straight to the server, forged x-capsnap-* headers without an envelope,
+// a genuine envelope replayed for other arguments, an expired envelope and
+// one signed by a key capsnap does not publish are each refused with their
+// reason, and the handler never starts.
+//
+// The interpreters come from CAPSNAP_E2E_NODE and CAPSNAP_E2E_PYTHON, and
+// the verifiers' packages from e2e/clients/install.sh (`make sdk-clients`);
+// without them these tests fail, never skip.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/pincheck"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// verifierServer is one SDK's guarded example server.
+type verifierServer struct {
+	name string
+	// command runs the server as server id on addr, checking envelopes
+	// against the JWKS at jwks.
+	command func(id, addr, jwks string) (string, []string)
+}
+
+// verifierServers are the TypeScript and Python example servers; a missing
+// interpreter or package fails the test.
+func verifierServers(t *testing.T) []verifierServer {
+	t.Helper()
+	node, python := os.Getenv("CAPSNAP_E2E_NODE"), os.Getenv("CAPSNAP_E2E_PYTHON")
+	const how = "run `make e2e`, which installs the verifiers' packages (bash e2e/clients/install.sh) and sets CAPSNAP_E2E_NODE and CAPSNAP_E2E_PYTHON; by hand: bash e2e/clients/install.sh && CAPSNAP_E2E_NODE=$(which node) CAPSNAP_E2E_PYTHON=$PWD/bin/sdk-venv/bin/python go test -tags e2e ./e2e/"
+	if node == "" || python == "" {
+		t.Fatalf("CAPSNAP_E2E_NODE=%q, CAPSNAP_E2E_PYTHON=%q: both must name an interpreter; %s", node, python, how)
+	}
+	for _, bin := range []string{node, python} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%v; %s", err, how)
+		}
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := filepath.Join(root, "verifiers", "ts")
+	for _, p := range []string{"jose", "canonicalize", "@modelcontextprotocol/sdk"} {
+		if _, err := os.Stat(filepath.Join(ts, "node_modules", p, "package.json")); err != nil {
+			t.Fatalf("the TypeScript verifier's %s is not installed (%v); %s", p, err, how)
+		}
+	}
+	if out, err := exec.Command(python, "-c", "import joserfc, rfc8785, mcp").CombinedOutput(); err != nil {
+		t.Fatalf("the Python verifier's packages are not importable by %s: %v\n%s%s", python, err, out, how)
+	}
+	return []verifierServer{
+		{"typescript", func(id, addr, jwks string) (string, []string) {
+			return node, []string{filepath.Join(ts, "example", "server.mjs"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}
+		}},
+		{"python", func(id, addr, jwks string) (string, []string) {
+			return python, []string{filepath.Join(root, "verifiers", "python", "example", "server.py"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}
+		}},
+	}
+}
+
+// verifierStack runs the stack with capsnap signing envelopes and srv as
+// both of its servers.
+func verifierStack(t *testing.T, srv verifierServer) *testbed.Stack {
+	t.Helper()
+	return startStackWith(t, func(o *testbed.StackOptions) {
+		o.Envelope = true
+		jwks := fmt.Sprintf("http://127.0.0.1:%d/.well-known/jwks.json", o.Ports.Admin)
+		o.ServerCommand = func(id, addr string) (string, []string, []string) {
+			bin, args := srv.command(id, addr, jwks)
+			return bin, args, nil
+		}
+	})
+}
+
+// verifierStats is what an example server reports of itself.
+type verifierStats struct {
+	HandlerStarts map[string]int `json:"handler_starts"`
+	Refusals      map[string]int `json:"refusals"`
+}
+
+func serverStats(t *testing.T, s *testbed.Stack, id string) verifierStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ServerURL(id)+"/admin/stats", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st verifierStats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("%s stats: %v", id, err)
+	}
+	return st
+}
+
+func TestEnvelopeSDKVerifiers(t *testing.T) {
+	for _, srv := range verifierServers(t) {
+		t.Run(srv.name, func(t *testing.T) {
+			s := verifierStack(t, srv)
+
+			// Through Envoy: an allowed call carries capsnap's envelope,
+			// which the SDK's verifier checks before the handler runs.
+			c := connect(t, s, "billing", supportAgent, "")
+			epoch := c.list(t)
+			before := starts(t, s, "billing", "refund")
+			if r := c.call(t, "refund", refundA100); r != "" {
+				t.Fatalf("refund through Envoy: %q", r)
+			}
+			if got := starts(t, s, "billing", "refund") - before; got != 1 {
+				t.Fatalf("refund's handler ran %d times for one allowed call, want once", got)
+			}
+			if r := c.call(t, "lookup_order", map[string]any{"order_id": "A-100"}); r != "" {
+				t.Fatalf("lookup_order through Envoy: %q", r)
+			}
+			if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
+				t.Fatalf("the %s verifier refused calls capsnap allowed: %v", srv.name, st.Refusals)
+			}
+
+			// Straight to the server, bypassing Envoy.
+			d := connectDirect(t, s, "billing")
+			tools, err := d.ListTools(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := ""
+			for _, tl := range tools.Tools {
+				if tl.Name == "refund" {
+					if own, err = pincheck.Digest(tl); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if own == "" {
+				t.Fatalf("the %s server lists no refund tool", srv.name)
+			}
+			before = starts(t, s, "billing", "refund")
+
+			d.headers.Set("x-capsnap-schema-digest", own)
+			d.headers.Set("x-capsnap-epoch", epoch)
+			d.headers.Set("x-capsnap-principal", supportAgent)
+			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Missing) {
+				t.Errorf("forged headers, no envelope: %q, want %s", r, envelope.Missing)
+			}
+
+			genuine := checkDirect(t, s, epoch, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}}}`)
+			d.headers.Set(envelope.Header, genuine)
+			if r := d.refusal(t, "refund", map[string]any{"order_id": "A-100", "amount": 249, "reason_code": "duplicate_charge"}); r != string(envelope.Mismatch) {
+				t.Errorf("a genuine envelope replayed for other arguments: %q, want %s", r, envelope.Mismatch)
+			}
+
+			keys, err := envelope.LoadKeys(s.EnvelopeKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, _ := envelope.ArgsDigest(json.RawMessage(`{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`))
+			claims := func() *envelope.Claims {
+				now := time.Now()
+				return &envelope.Claims{Audience: "billing", Subject: supportAgent, IssuedAt: now.Unix(), Expiry: now.Add(30 * time.Second).Unix(),
+					Epoch: epoch, Tool: "refund", SchemaDigest: own, EffectClass: "money_move", PolicyDigest: "sha256:x", ArgsDigest: args}
+			}
+			expired := claims()
+			expired.IssuedAt, expired.Expiry = time.Now().Add(-2*time.Minute).Unix(), time.Now().Add(-time.Minute).Unix()
+			token, err := keys.Seal(expired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.headers.Set(envelope.Header, token)
+			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Expired) {
+				t.Errorf("an expired envelope: %q, want %s", r, envelope.Expired)
+			}
+
+			stranger := filepath.Join(t.TempDir(), "stranger.pem")
+			if err := testbed.WriteEnvelopeKey(stranger); err != nil {
+				t.Fatal(err)
+			}
+			other, err := envelope.LoadKeys(stranger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if token, err = other.Seal(claims()); err != nil {
+				t.Fatal(err)
+			}
+			d.headers.Set(envelope.Header, token)
+			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Invalid) {
+				t.Errorf("an envelope signed by an unknown key: %q, want %s", r, envelope.Invalid)
+			}
+
+			if got := starts(t, s, "billing", "refund") - before; got != 0 {
+				t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)
+			}
+			st := serverStats(t, s, "billing")
+			for _, r := range []envelope.Reason{envelope.Missing, envelope.Mismatch, envelope.Expired, envelope.Invalid} {
+				if st.Refusals[string(r)] < 1 {
+					t.Errorf("the %s server counted no %s refusal: %v", srv.name, r, st.Refusals)
+				}
+			}
+			t.Logf("%s: the allowed call ran; refused off Envoy: %v", srv.name, st.Refusals)
+		})
+	}
+}
