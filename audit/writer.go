@@ -4,12 +4,21 @@
 // from the trail, and the lines of decisions made at the same time are
 // coalesced into one write (group commit), so that the trail costs one
 // system call per burst rather than one per decision.
+//
+// A Trail (trail.go) is the Writer capsnap serves with: it chains each line
+// to the one before it by hash and signs checkpoints of the chain, and
+// Verify (verify.go) checks a trail file against the signing keys.
 package audit
 
 import (
+	"errors"
+	"hash"
 	"io"
 	"sync"
 )
+
+// ErrClosed is what a Write returns after its Trail was closed.
+var ErrClosed = errors.New("audit: trail closed")
 
 // Writer is an io.Writer that group-commits: each Write returns once its
 // bytes have been written to the underlying writer, in one write together
@@ -23,6 +32,10 @@ import (
 // event per Write, so each audit line stays intact.
 type Writer struct {
 	w io.Writer
+	// seal, if set, makes the bytes a batch writes from the bytes its
+	// Writes gave: a Trail's chain. It runs in the goroutine writing the
+	// batch, outside mu, one batch at a time and in order.
+	seal func(*batch) []byte
 
 	mu   sync.Mutex
 	done *sync.Cond
@@ -30,16 +43,26 @@ type Writer struct {
 	// before it is under way.
 	next    *batch
 	writing bool
-	// spare is the buffer of the last batch written, kept for the next.
-	spare []byte
+	// spare is the buffer of the last batch written, kept for the next,
+	// and spareDigests its digests.
+	spare        []byte
+	spareDigests []hash.Hash
+	// closed refuses every Write after a Trail's shutdown checkpoint.
+	closed bool
 }
 
 // batch is the Writes that go to the underlying writer in one write, and
 // that write's outcome, which each of them returns.
 type batch struct {
-	buf     []byte
-	written bool
-	err     error
+	buf []byte
+	// digests are a Trail's hashes of buf's lines, one a line, begun by
+	// their Writes and finished by seal.
+	digests []hash.Hash
+	// checkpoint asks seal to end the batch with a checkpoint, and final
+	// with the shutdown checkpoint.
+	checkpoint, final bool
+	written           bool
+	err               error
 }
 
 // NewWriter returns a Writer on w. Nothing else may write to w.
@@ -55,10 +78,25 @@ const maxRetained = 1 << 20
 // Write implements io.Writer. It fails with the underlying writer's error
 // if the write carrying p failed.
 func (g *Writer) Write(p []byte) (int, error) {
+	if err := g.write(p, nil); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// write adds p to the next batch, lets mark (if set) mark that batch under
+// the lock, and returns once the batch is written, with its outcome.
+func (g *Writer) write(p []byte, mark func(*batch)) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
 	b := g.next
 	b.buf = append(b.buf, p...)
+	if mark != nil {
+		mark(b)
+	}
 	for !b.written {
 		if g.writing {
 			g.done.Wait()
@@ -67,26 +105,33 @@ func (g *Writer) Write(p []byte) (int, error) {
 		// No write is under way, so b is still the next batch: write it.
 		g.flush()
 	}
-	if b.err != nil {
-		return 0, b.err
-	}
-	return len(p), nil
+	return b.err
 }
 
 // flush writes the next batch. It is called with g.mu held, and releases
 // it during the write so that more Writes can join the batch after.
 func (g *Writer) flush() {
 	b := g.next
-	g.next, g.spare = &batch{buf: g.spare[:0]}, nil
+	g.next = &batch{buf: g.spare[:0], digests: g.spareDigests[:0]}
+	g.spare, g.spareDigests = nil, nil
 	g.writing = true
 	g.mu.Unlock()
-	_, err := g.w.Write(b.buf)
+	out := b.buf
+	if g.seal != nil {
+		out = g.seal(b)
+	}
+	var err error
+	if len(out) > 0 {
+		_, err = g.w.Write(out)
+	}
 	g.mu.Lock()
 	g.writing = false
 	b.written, b.err = true, err
 	if cap(b.buf) <= maxRetained {
 		g.spare = b.buf
 	}
-	b.buf = nil
+	clear(b.digests)
+	g.spareDigests = b.digests
+	b.buf, b.digests = nil, nil
 	g.done.Broadcast()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder is an underlying writer that keeps each write it is given.
@@ -159,14 +161,18 @@ func mustWrite(t *testing.T, w *Writer, s string) {
 }
 
 // BenchmarkWrite is an audit line from many goroutines to a file: with
-// group commit (Writer) and with a write per line (the *os.File alone).
-// It reports the write system calls per line.
+// group commit (Writer), with a write per line (the *os.File alone), and
+// chained with group commit (Trail, signing a checkpoint every second);
+// the _call cases write an allowed tools/call's whole line (benchLine),
+// where the chain hashes more. chained less group is what the chain costs
+// a line under group commit. It reports the write system calls per line.
 func BenchmarkWrite(b *testing.B) {
 	line := []byte(`{"level":"info","log":"audit","decision":"allow","reason":"ok","principal":"spiffe://acme/agent/support-refund","server_id":"billing","tool":"refund"}` + "\n")
+	signer, _ := testKey(b, 1, "k1")
 	for _, tc := range []struct {
-		name  string
-		group bool
-	}{{"group", true}, {"direct", false}} {
+		name string
+		line []byte
+	}{{"group", line}, {"direct", line}, {"chained", line}, {"group_call", benchLine}, {"chained_call", benchLine}} {
 		b.Run(tc.name, func(b *testing.B) {
 			f, err := os.Create(filepath.Join(b.TempDir(), "audit.log"))
 			if err != nil {
@@ -174,15 +180,20 @@ func BenchmarkWrite(b *testing.B) {
 			}
 			defer f.Close()
 			c := &counter{w: f}
-			var w interface{ Write([]byte) (int, error) } = c
-			if tc.group {
+			var w io.Writer = c
+			switch {
+			case strings.HasPrefix(tc.name, "group"):
 				w = NewWriter(c)
+			case strings.HasPrefix(tc.name, "chained"):
+				tr := NewTrail(c, TrailOptions{Signer: signer, Interval: time.Second})
+				defer tr.Close()
+				w = tr
 			}
 			b.SetParallelism(16)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := w.Write(line); err != nil {
+					if _, err := w.Write(tc.line); err != nil {
 						b.Error(err)
 						return
 					}
