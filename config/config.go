@@ -107,7 +107,15 @@ type Debug struct {
 type Audit struct {
 	// Path is a file to append to; empty means stdout.
 	Path string `yaml:"path"`
+	// CheckpointInterval bounds how long a line waits for a signed
+	// checkpoint of the chain that covers it, and so how young the lines
+	// are that could be cut from the end of a live trail unseen. 0 means
+	// 10s.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
 }
+
+// MaxCheckpointInterval is the ceiling on audit.checkpoint_interval.
+const MaxCheckpointInterval = 10 * time.Minute
 
 // Principal configures identity.
 type Principal struct {
@@ -495,6 +503,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.MaxDepth < 8 || c.Limits.MaxDepth > 1000 {
 		return fmt.Errorf("limits.max_depth: %d is outside 8..1000", c.Limits.MaxDepth)
+	}
+	if i := c.Audit.CheckpointInterval; i != 0 && (i < time.Second || i > MaxCheckpointInterval) {
+		return fmt.Errorf("audit.checkpoint_interval: %s is outside 1s..%s", i, MaxCheckpointInterval)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
