@@ -5,6 +5,7 @@
 //	capsnap check --config FILE     validate the config and policy, then exit
 //	capsnap digest FILE             print each tool's schema digest
 //	capsnap policy lint|explain|reload   work with the policy
+//	capsnap audit verify --jwks FILE AUDIT_FILE...   verify an audit trail
 //	capsnap version                 print the version
 package main
 
@@ -46,6 +47,9 @@ const usage = `usage:
                                 ask a running capsnap to reload its policy
   capsnap keys jwks --config FILE
                                 print the JWKS of the envelope keys, for the MCP servers' verifiers
+  capsnap audit verify --jwks FILE [--live] AUDIT_FILE...
+                                verify an audit trail: its chain, signed checkpoints and end
+                                (exit 0 verified, 1 not, 2 usage)
   capsnap version               print the version
 `
 
@@ -68,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = policyCmd(args[1:], stdout, stderr)
 	case "keys":
 		err = keysCmd(args[1:], stdout, stderr)
+	case "audit":
+		err = auditCmd(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "capsnap", versionString())
 		return exitOK

@@ -27,7 +27,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/capsnap/capsnap/audit"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
@@ -83,24 +82,19 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
-	auditOut := stdout
-	if cfg.Audit.Path != "" {
-		f, err := os.OpenFile(cfg.Audit.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-		if err != nil {
-			return fmt.Errorf("serve: audit: %w", err)
-		}
-		defer f.Close()
-		auditOut = f
-	}
-	// Group commit: a line is written before its decision is answered,
-	// and the lines of concurrent decisions share one write.
-	auditLog := zerolog.New(audit.NewWriter(auditOut)).With().Timestamp().Str("log", "audit").Logger()
-
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	keys, err := envelopeKeys(cfg)
 	if err != nil {
 		return err
 	}
-	keys, err := envelopeKeys(cfg)
+	// The audit trail (audit.go): group commit, chained, its checkpoints
+	// signed with the envelope keys; closed last, after every decision.
+	auditLog, closeAudit, err := openAudit(cfg.Audit, stdout, keys, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+
+	rules, err := extauthz.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/capsnap/capsnap/audit"
+	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envelope"
+)
+
+// openAudit opens the audit trail serve writes to: c.Path, appended to
+// with its chain resumed from its last line, or stdout. Lines go through
+// an audit.Trail: group commit, each line chained to the one before, and
+// checkpoints of the chain signed every c.CheckpointInterval and on
+// shutdown with the envelope keys (unsigned without keys, which audit
+// verify reports). closeAudit writes the shutdown checkpoint and closes
+// the file: call it once nothing writes audit lines any more.
+func openAudit(c config.Audit, stdout io.Writer, keys *envelope.Keys, log zerolog.Logger) (auditLog zerolog.Logger, closeAudit func(), err error) {
+	o := audit.TrailOptions{Interval: c.CheckpointInterval}
+	if keys != nil {
+		sign, err := keys.Signer(audit.CheckpointType)
+		if err != nil {
+			return zerolog.Logger{}, nil, fmt.Errorf("serve: audit: %w", err)
+		}
+		o.Signer = audit.SignerFunc(sign)
+	} else {
+		log.Warn().Msg("audit checkpoints are unsigned: without envelope.key_files nothing proves the trail was not rewritten whole")
+	}
+	out, f := stdout, (*os.File)(nil)
+	if c.Path != "" {
+		if f, err = os.OpenFile(c.Path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640); err != nil {
+			return zerolog.Logger{}, nil, fmt.Errorf("serve: audit: %w", err)
+		}
+		if o.Resume, err = audit.Resume(f); err != nil {
+			f.Close()
+			return zerolog.Logger{}, nil, fmt.Errorf("serve: audit: %s: %w", c.Path, err)
+		}
+		out = f
+	}
+	trail := audit.NewTrail(out, o)
+	closeAudit = func() {
+		if err := trail.Close(); err != nil {
+			log.Error().Err(err).Msg("audit: the shutdown checkpoint was not written")
+		}
+		if f != nil {
+			if err := f.Close(); err != nil {
+				log.Error().Err(err).Msg("audit: close")
+			}
+		}
+	}
+	// A line is written before its decision is answered, and the lines of
+	// concurrent decisions share one write.
+	return zerolog.New(trail).With().Timestamp().Str("log", "audit").Logger(), closeAudit, nil
+}
+
+func auditCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"audit: verify is required"}
+	}
+	switch args[0] {
+	case "verify":
+		return auditVerify(args[1:], stdout, stderr)
+	default:
+		return usageError{fmt.Sprintf("audit: unknown subcommand %q", args[0])}
+	}
+}
+
+// errNotVerified is audit verify's failure once it has said why.
+var errNotVerified = errors.New("audit verify: NOT VERIFIED")
+
+// auditVerify checks an audit trail: its chain, every checkpoint's
+// signature against the JWKS, and that it ends with the shutdown
+// checkpoint. Exit 0: verified; 1: not (the first problem is printed);
+// 2: usage, or a file that cannot be read.
+func auditVerify(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	jwksFile := fs.String("jwks", "", "the JWKS of the keys that sign checkpoints (capsnap keys jwks)")
+	live := fs.Bool("live", false, "the trail is still being written: accept a tail younger than the checkpoint interval")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *jwksFile == "" || fs.NArg() == 0 {
+		return usageError{"audit verify: --jwks FILE and at least one audit FILE (oldest first) are required"}
+	}
+	data, err := os.ReadFile(*jwksFile)
+	if err != nil {
+		return usageError{fmt.Sprintf("audit verify: %v", err)}
+	}
+	o := audit.VerifyOptions{Live: *live}
+	if err := json.Unmarshal(data, &o.Keys); err != nil || len(o.Keys.Keys) == 0 {
+		return usageError{fmt.Sprintf("audit verify: %s is not a JWKS with a key (%v)", *jwksFile, err)}
+	}
+	var inputs []audit.Input
+	for _, name := range fs.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			return usageError{fmt.Sprintf("audit verify: %v", err)}
+		}
+		defer f.Close()
+		inputs = append(inputs, audit.Input{Name: name, R: f})
+	}
+	rep, err := audit.Verify(o, inputs...)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if rep.Problem != nil {
+		fmt.Fprintln(stdout, rep.Problem)
+		return errNotVerified
+	}
+	chains := ""
+	if rep.Chains > 1 {
+		chains = fmt.Sprintf(" in %d chains", rep.Chains)
+	}
+	end := "ends with capsnap's shutdown checkpoint"
+	if !rep.Final {
+		end = fmt.Sprintf("live: %d lines after the last checkpoint not yet signed", rep.Pending)
+	}
+	fmt.Fprintf(stdout, "%s: verified: %d lines%s (last seq %d), %d checkpoints signed by %s; %s\n",
+		strings.Join(fs.Args(), ", "), rep.Lines, chains, rep.LastSeq, rep.Checkpoints, strings.Join(rep.KeyIDs, ", "), end)
+	return nil
+}
