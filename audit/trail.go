@@ -239,18 +239,21 @@ type checkpointPayload struct {
 // checkpointLine is a checkpoint as a trail line (without its chain
 // members).
 type checkpointLine struct {
-	Log   string `json:"log"`
-	Event string `json:"event"`
+	Log string `json:"log"`
 	checkpointPayload
 	JWS       string `json:"jws,omitempty"`
 	SignError string `json:"sign_error,omitempty"`
 }
 
+// CheckpointLog is a checkpoint line's "log". Not "audit": every line
+// whose "log" is "audit" is a decision, as the trail's readers take it.
+const CheckpointLog = "audit_checkpoint"
+
 // checkpointPrefix is how every checkpoint line begins.
-const checkpointPrefix = `{"log":"audit","event":"checkpoint",`
+const checkpointPrefix = `{"log":"` + CheckpointLog + `",`
 
 func (t *Trail) checkpoint(final bool) []byte {
-	c := checkpointLine{Log: "audit", Event: "checkpoint", checkpointPayload: checkpointPayload{
+	c := checkpointLine{Log: CheckpointLog, checkpointPayload: checkpointPayload{
 		Seq: t.head.Seq, Head: hashText(t.head.Hash), Lines: t.since,
 		Time: t.now().UTC().Format(time.RFC3339Nano), IntervalMS: t.interval.Milliseconds(), Final: final,
 	}}
