@@ -290,6 +290,8 @@ type labelSelector struct {
 type securityContext struct {
 	RunAsNonRoot             *bool  `yaml:"runAsNonRoot"`
 	RunAsUser                *int64 `yaml:"runAsUser"`
+	RunAsGroup               *int64 `yaml:"runAsGroup"`
+	FSGroup                  *int64 `yaml:"fsGroup"`
 	ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
 	AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
 	Capabilities             struct {
@@ -521,19 +523,35 @@ func TestDeployment(t *testing.T) {
 	if k.cfg.Drain <= 0 {
 		t.Errorf("drain is 0: a stopping replica would refuse Checks before its endpoint is gone")
 	}
-	// The shared secret is mounted where capsnap.yaml reads it, from a
-	// Secret, never from the ConfigMap.
-	secretDir := path.Dir(k.cfg.Snapshots.Redis.SecretFile)
-	mounted := false
-	for _, vm := range c.VolumeMounts {
-		for _, v := range pod.Volumes {
-			if v.Name == vm.Name && v.Secret != nil && vm.MountPath == secretDir {
-				mounted = true
+	// Every secret is mounted where capsnap.yaml reads it, from a Secret,
+	// never from the ConfigMap, as a directory (a subPath mount never sees
+	// a rotation).
+	for field, file := range map[string]string{
+		"snapshots.redis.secret_file": k.cfg.Snapshots.Redis.SecretFile,
+		"grpc_tls.cert_file":          k.cfg.GRPCTLS.CertFile,
+		"grpc_tls.key_file":           k.cfg.GRPCTLS.KeyFile,
+		"grpc_tls.client_ca_file":     k.cfg.GRPCTLS.ClientCAFile,
+		"admin.token_file":            k.cfg.Admin.TokenFile,
+	} {
+		if file == "" {
+			continue
+		}
+		mounted := false
+		for _, vm := range c.VolumeMounts {
+			for _, v := range pod.Volumes {
+				if v.Name == vm.Name && v.Secret != nil && vm.MountPath == path.Dir(file) && vm.SubPath == "" && vm.ReadOnly {
+					mounted = true
+				}
 			}
 		}
+		if !mounted {
+			t.Errorf("%s %s is not in a Secret mounted read-only as a directory", field, file)
+		}
 	}
-	if !mounted {
-		t.Errorf("snapshots.redis.secret_file %s is not in a mounted Secret", k.cfg.Snapshots.Redis.SecretFile)
+	// The files of a Secret are root's; capsnap reads them through the
+	// group the kubelet gives them.
+	if pod.SecurityContext.FSGroup == nil || pod.SecurityContext.RunAsGroup == nil || *pod.SecurityContext.FSGroup != *pod.SecurityContext.RunAsGroup {
+		t.Errorf("pod securityContext: fsGroup must be capsnap's group, or it cannot read its Secrets (mode 0440)")
 	}
 	labels := k.deploy.Spec.Template.Metadata.Labels
 	if !hasLabels(labels, d.Selector.MatchLabels) {
@@ -761,6 +779,56 @@ func TestNetworkPolicy(t *testing.T) {
 		if p := k.capsnap.namedPort(t, name); !open[p] {
 			t.Errorf("NetworkPolicy admits nobody to the %s port %d", name, p)
 		}
+	}
+}
+
+// Who may call capsnap: the grpc port requires client certificates of the
+// MCP servers' Envoys, whose namespaces are the ones the NetworkPolicy lets
+// reach it, and the admin listener's reload needs a token.
+func TestWhoMayCallCapsnap(t *testing.T) {
+	k := loadK8s(t)
+	g := k.cfg.GRPCTLS
+	if !g.Enabled() {
+		t.Fatal("capsnap.yaml: no grpc_tls; whoever reaches the grpc port could call Check as any principal")
+	}
+	var np struct {
+		Spec struct {
+			Ingress []struct {
+				From []struct {
+					NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+				} `yaml:"from"`
+				Ports []struct {
+					Port intOrString `yaml:"port"`
+				} `yaml:"ports"`
+			} `yaml:"ingress"`
+		} `yaml:"spec"`
+	}
+	k.m.one(t, "NetworkPolicy").decode(t, &np, false)
+	grpcPort := k.capsnap.namedPort(t, "grpc")
+	admitted := map[string]bool{}
+	for _, in := range np.Spec.Ingress {
+		for _, p := range in.Ports {
+			if port, ok := k.capsnap.port(p.Port); ok && port == grpcPort {
+				for _, f := range in.From {
+					if f.NamespaceSelector != nil {
+						admitted[f.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]] = true
+					}
+				}
+			}
+		}
+	}
+	for _, id := range g.AllowedClients {
+		m := regexp.MustCompile(`^spiffe://[^/]+/ns/([^/]+)/sa/[^/]+$`).FindStringSubmatch(id)
+		if m == nil {
+			t.Errorf("grpc_tls.allowed_clients: %q is not a workload's SPIFFE ID (spiffe://<trust-domain>/ns/<namespace>/sa/<account>)", id)
+			continue
+		}
+		if !admitted[m[1]] {
+			t.Errorf("grpc_tls.allowed_clients: %q is in namespace %s, which the NetworkPolicy does not let reach the grpc port %d", id, m[1], grpcPort)
+		}
+	}
+	if k.cfg.Admin.TokenFile == "" {
+		t.Error("capsnap.yaml: no admin.token_file; POST /policy/reload would be open to whoever reaches the admin port")
 	}
 }
 
@@ -1483,9 +1551,16 @@ func TestIstio(t *testing.T) {
 		}
 	}
 
-	// capsnap's own policy: Check only from the mesh's MCP servers, and
-	// the admin listener read-only.
+	// capsnap's own policy: Check only from the mesh's MCP servers, by
+	// service account (the identities grpc_tls admits outside the mesh),
+	// over mutual TLS, and the admin listener read-only.
 	grpcPort, adminPort := strconv.Itoa(k.capsnap.namedPort(t, "grpc")), strconv.Itoa(k.capsnap.namedPort(t, "admin"))
+	var envoys []string
+	for _, id := range k.cfg.GRPCTLS.AllowedClients {
+		envoys = append(envoys, strings.TrimPrefix(id, "spiffe://"))
+	}
+	slices.Sort(envoys)
+	checkOwnPeerAuthentication(t, m, k, capsnapNS)
 	var own int
 	for _, o := range m.all("AuthorizationPolicy") {
 		var ap authorizationPolicy
@@ -1508,6 +1583,21 @@ func TestIstio(t *testing.T) {
 			if slices.Contains(ports, grpcPort) && len(r.From) == 0 {
 				t.Errorf("AuthorizationPolicy %s rule %d lets anyone call Check, and claim any principal", o.Metadata.Name, i)
 			}
+			if slices.Contains(ports, grpcPort) {
+				var principals []string
+				for _, f := range r.From {
+					for key, vals := range f.Source {
+						if key != "principals" {
+							t.Errorf("AuthorizationPolicy %s rule %d admits callers of Check by %s; name the MCP servers' service accounts in principals", o.Metadata.Name, i, key)
+						}
+						principals = append(principals, vals...)
+					}
+				}
+				slices.Sort(principals)
+				if !slices.Equal(principals, envoys) {
+					t.Errorf("AuthorizationPolicy %s rule %d admits %v to Check; capsnap.yaml's grpc_tls.allowed_clients admit %v: keep them the same Envoys", o.Metadata.Name, i, principals, envoys)
+				}
+			}
 			if slices.Contains(ports, adminPort) {
 				for _, to := range r.To {
 					if m := to.Operation["methods"]; len(m) == 0 || slices.ContainsFunc(m, func(s string) bool { return s != "GET" && s != "HEAD" }) {
@@ -1519,6 +1609,46 @@ func TestIstio(t *testing.T) {
 	}
 	if own == 0 {
 		t.Error("no ALLOW AuthorizationPolicy for capsnap's own workload")
+	}
+}
+
+// checkOwnPeerAuthentication holds capsnap's grpc port to mutual TLS in
+// the mesh: without it a plaintext caller has no principal, which the ALLOW
+// policy refuses anyway, but STRICT says so at the handshake.
+func checkOwnPeerAuthentication(t *testing.T, m manifests, k *k8s, ns string) {
+	t.Helper()
+	var found bool
+	for _, o := range m.all("PeerAuthentication") {
+		var pa struct {
+			APIVersion string     `yaml:"apiVersion"`
+			Kind       string     `yaml:"kind"`
+			Metadata   objectMeta `yaml:"metadata"`
+			Spec       struct {
+				Selector *labelSelector `yaml:"selector"`
+				MTLS     struct {
+					Mode string `yaml:"mode"`
+				} `yaml:"mtls"`
+				PortLevelMTLS map[string]struct {
+					Mode string `yaml:"mode"`
+				} `yaml:"portLevelMtls"`
+			} `yaml:"spec"`
+		}
+		o.decode(t, &pa, true)
+		if o.Metadata.Namespace != ns || pa.Spec.Selector == nil || !hasLabels(k.deploy.Spec.Template.Metadata.Labels, pa.Spec.Selector.MatchLabels) {
+			continue
+		}
+		found = true
+		grpc := strconv.Itoa(k.capsnap.namedPort(t, "grpc"))
+		mode := pa.Spec.MTLS.Mode
+		if p, ok := pa.Spec.PortLevelMTLS[grpc]; ok {
+			mode = p.Mode
+		}
+		if mode != "STRICT" {
+			t.Errorf("PeerAuthentication %s: the grpc port %s is %q, want STRICT", o.Metadata.Name, grpc, mode)
+		}
+	}
+	if !found {
+		t.Errorf("no PeerAuthentication for capsnap's pods in namespace %s", ns)
 	}
 }
 
