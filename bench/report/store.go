@@ -188,8 +188,9 @@ func storeSection(b *strings.Builder, r *Results) {
 
 // storeMethod is the method's bullet for the shared store.
 func storeMethod(r *Results) string {
-	return fmt.Sprintf("**Shared snapshot store.** Each step that needs Redis, and each Go benchmark case, starts its own empty %s without persistence on a free loopback port; capsnap runs with `snapshots: {store: redis}`, a shared secret, and otherwise as in the cases above. "+
-		"The Go benchmarks (`BenchmarkCheckStore`, `BenchmarkSnapshotsRedis` in `extauthz`) open cache/redis's store directly, with a 1 s operation timeout (capsnap's default is 200 ms; a busy 2-core machine should not fail them closed), and are skipped without `$CAPSNAP_REDIS_SERVER`, which make bench sets. "+
+	return fmt.Sprintf("**Shared snapshot store.** Each step that needs Redis, and each Go benchmark case, starts its own empty %s without persistence on a free loopback port; capsnap runs with `snapshots: {store: redis}`, a shared secret, a 1 s operation timeout, and otherwise as in the cases above. "+
+		"The timeout is capsnap's `snapshots.redis.timeout`, 200 ms by default: on a busy 2-core machine a Redis answer that late makes the store unavailable and every call denied `store_unavailable` (failing closed), which would fail the run; a figure within either timeout is the same. "+
+		"The Go benchmarks (`BenchmarkCheckStore`, `BenchmarkSnapshotsRedis` in `extauthz`) open cache/redis's store directly, with the same timeout, and are skipped without `$CAPSNAP_REDIS_SERVER`, which make bench sets. "+
 		"Through Envoy, capsnap on Redis and the two replicas share that step's redis-server under their own key prefixes; the two replicas are the capsnap cluster's two endpoints, round robin, without health checks.",
 		orUnknown(r.Machine.Redis, "redis-server"))
 }

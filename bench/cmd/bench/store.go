@@ -155,13 +155,18 @@ func (h *harness) storeSecret() (string, error) {
 }
 
 // redisSnapshots is capsnap's snapshots section (a YAML flow mapping) for
-// the store on the Redis at addr, its keys under prefix.
+// the store on the Redis at addr, its keys under prefix. Its operation
+// timeout is 1s, not the default 200ms: on a 2-core machine that other
+// work may load, a Redis answer later than 200ms makes the store
+// unavailable, and capsnap then denies every call (store_unavailable)
+// until a probe succeeds, which fails the run; a figure within the
+// timeout is the same either way.
 func (h *harness) redisSnapshots(addr, prefix string) (string, error) {
 	secret, err := h.storeSecret()
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("{ttl: 30m, store: redis, redis: {addr: %q, key_prefix: %q, secret_file: %q}}", addr, prefix, secret), nil
+	return fmt.Sprintf("{ttl: 30m, store: redis, redis: {addr: %q, key_prefix: %q, secret_file: %q, timeout: 1s}}", addr, prefix, secret), nil
 }
 
 // replicaInvalidation times, across two capsnap replicas sharing a Redis,
