@@ -20,10 +20,6 @@ const DefaultCheckpointInterval = 10 * time.Second
 // an envelope, and an envelope for a checkpoint.
 const CheckpointType = "capsnap-checkpoint+jwt"
 
-// EnvelopeField is the member of an allowed tools/call's audit line that
-// names the envelope sent with it: the envelope's jti (docs/ENVELOPE.md).
-const EnvelopeField = "envelope"
-
 // Signer signs a checkpoint: it returns a compact JWS (EdDSA, with the
 // key's kid and the header typ CheckpointType) over payload.
 type Signer interface {
