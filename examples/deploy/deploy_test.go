@@ -740,20 +740,26 @@ func TestDevelopmentRedis(t *testing.T) {
 	}
 }
 
+// networkPolicy is the part of a NetworkPolicy these tests read.
+type networkPolicy struct {
+	Spec struct {
+		PodSelector labelSelector `yaml:"podSelector"`
+		PolicyTypes []string      `yaml:"policyTypes"`
+		Ingress     []struct {
+			From []struct {
+				NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+				PodSelector       *labelSelector `yaml:"podSelector"`
+			} `yaml:"from"`
+			Ports []struct {
+				Port intOrString `yaml:"port"`
+			} `yaml:"ports"`
+		} `yaml:"ingress"`
+	} `yaml:"spec"`
+}
+
 func TestNetworkPolicy(t *testing.T) {
 	k := loadK8s(t)
-	var np struct {
-		Spec struct {
-			PodSelector labelSelector `yaml:"podSelector"`
-			PolicyTypes []string      `yaml:"policyTypes"`
-			Ingress     []struct {
-				From  []map[string]any `yaml:"from"`
-				Ports []struct {
-					Port intOrString `yaml:"port"`
-				} `yaml:"ports"`
-			} `yaml:"ingress"`
-		} `yaml:"spec"`
-	}
+	var np networkPolicy
 	k.m.one(t, "NetworkPolicy").decode(t, &np, false)
 	if !hasLabels(k.deploy.Spec.Template.Metadata.Labels, np.Spec.PodSelector.MatchLabels) {
 		t.Errorf("NetworkPolicy podSelector %v does not select capsnap's pods", np.Spec.PodSelector.MatchLabels)
@@ -791,18 +797,7 @@ func TestWhoMayCallCapsnap(t *testing.T) {
 	if !g.Enabled() {
 		t.Fatal("capsnap.yaml: no grpc_tls; whoever reaches the grpc port could call Check as any principal")
 	}
-	var np struct {
-		Spec struct {
-			Ingress []struct {
-				From []struct {
-					NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
-				} `yaml:"from"`
-				Ports []struct {
-					Port intOrString `yaml:"port"`
-				} `yaml:"ports"`
-			} `yaml:"ingress"`
-		} `yaml:"spec"`
-	}
+	var np networkPolicy
 	k.m.one(t, "NetworkPolicy").decode(t, &np, false)
 	grpcPort := k.capsnap.namedPort(t, "grpc")
 	admitted := map[string]bool{}
