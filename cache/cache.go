@@ -113,7 +113,13 @@ type Store interface {
 	// from the store.
 	ByEpoch(epoch string) (*Snapshot, bool, error)
 	// Latest returns the newest snapshot for (principal, server, session).
+	// A shared store may answer from a replica's copy of the newest
+	// pointer, which lags one another replica has just moved by the time
+	// the store takes to say so.
 	Latest(principal, serverID, session string) (*Snapshot, bool, error)
+	// LatestNow is Latest read from the store itself, past any copy: what
+	// a decision made on Latest is checked against before it denies.
+	LatestNow(principal, serverID, session string) (*Snapshot, bool, error)
 	// LatestInAnySession returns the newest snapshot for (principal,
 	// server), whatever its session: for a denial that says whether a
 	// call's session, or its principal, has none.
@@ -245,6 +251,11 @@ func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool, error) {
 // Latest implements Store.
 func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool, error) {
 	return m.byKey(LatestKey(principal, serverID, session))
+}
+
+// LatestNow implements Store: the memory store has no copy to lag.
+func (m *Memory) LatestNow(principal, serverID, session string) (*Snapshot, bool, error) {
+	return m.Latest(principal, serverID, session)
 }
 
 // LatestInAnySession implements Store.

@@ -250,6 +250,9 @@ type decision struct {
 	// allowedTools, for a tool_not_granted denial, are the tools the
 	// principal may call instead.
 	allowedTools []string
+	// newest is the store's own newest snapshot, when a denial made on a
+	// lagging pointer is decided again (lagged).
+	newest *cache.Snapshot
 	// envelope is the signed envelope of an allowed tools/call, and
 	// envelopeID its jti, which the audit line names.
 	envelope, envelopeID string
@@ -341,7 +344,12 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
 		if fail := s.verifyCall(d); fail != nil {
-			return fail
+			if !s.lagged(d, fail) {
+				return fail
+			}
+			if fail := s.verifyCall(d); fail != nil {
+				return fail
+			}
 		}
 		return s.signEnvelope(d)
 	}
@@ -604,10 +612,32 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 	return nil
 }
 
+// lagged reports whether a denial was decided on a newest-snapshot pointer
+// that lagged the store (a shared store's replica learns that another
+// moved it within a millisecond or so): then d is reset to be decided
+// again on the store's own newest snapshot, so that an agent that has just
+// listed again through another replica is held to what it was delivered.
+// A call that names its epoch, or that the store cannot serve, was not.
+func (s *Server) lagged(d *decision, fail *deny.Error) bool {
+	if d.clientEpoch != "" || d.newest != nil || fail.Reason == deny.StoreUnavailable {
+		return false
+	}
+	snap, ok, err := s.snapshots.LatestNow(d.principal, d.serverID, d.session)
+	if err != nil || !ok || (d.snapshot != nil && snap.Epoch == d.snapshot.Epoch) {
+		return false
+	}
+	d.newest, d.snapshot, d.allowedTools, d.staleRead = snap, nil, nil, false
+	d.digest, d.liveDigest, d.policyDigest, d.effect = "", "", "", 0
+	return true
+}
+
 // snapshotFor finds the snapshot a call is verified against: the one the
 // client names with x-capsnap-epoch, or else the newest for its principal,
 // server and session.
 func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
+	if d.newest != nil {
+		return d.newest, nil
+	}
 	if d.clientEpoch != "" {
 		snap, ok, err := s.snapshots.ByEpoch(d.clientEpoch)
 		if err != nil {

@@ -99,6 +99,11 @@ type Store struct {
 	pending []pendingInvalidation
 	lastErr atomic.Pointer[error]
 
+	// movedKeys are the pointers this replica moved, until when it reads
+	// them past its copy.
+	movedMu   sync.Mutex
+	movedKeys map[string]time.Time
+
 	stop    context.CancelFunc
 	done    chan struct{}
 	metrics *metrics
@@ -142,7 +147,7 @@ func Open(o Options) (*Store, error) {
 	}
 	p := o.KeyPrefix
 	s := &Store{
-		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}),
+		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
 		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:"},
 		metrics: newMetrics(o.Registerer),
 	}
@@ -402,7 +407,35 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.o.Addr)
 	}
 	s.local.SetWithTTL(snap.Epoch, snap, 1, keep)
+	s.moved(latest, any)
 	return nil
+}
+
+// movedWindow is how long after moving a pointer this replica reads it
+// from Redis rather than from its copy.
+const movedWindow = time.Second
+
+// moved notes the pointers this replica just moved.
+func (s *Store) moved(keys ...string) {
+	until := s.o.Now().Add(movedWindow)
+	s.movedMu.Lock()
+	defer s.movedMu.Unlock()
+	for _, k := range keys {
+		s.movedKeys[k] = until
+	}
+	// Bounded by the snapshots minted in one window.
+	for k, t := range s.movedKeys {
+		if t.Before(s.o.Now()) {
+			delete(s.movedKeys, k)
+		}
+	}
+}
+
+func (s *Store) movedHere(key string) bool {
+	s.movedMu.Lock()
+	defer s.movedMu.Unlock()
+	until, ok := s.movedKeys[key]
+	return ok && s.o.Now().Before(until)
 }
 
 // ByEpoch implements cache.Store.
@@ -443,24 +476,40 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 
 // Latest implements cache.Store.
 func (s *Store) Latest(principal, serverID, session string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(s.keys.latest + cache.LatestKey(principal, serverID, session))
+	return s.byPointer(s.keys.latest+cache.LatestKey(principal, serverID, session), false)
+}
+
+// LatestNow implements cache.Store.
+func (s *Store) LatestNow(principal, serverID, session string) (*cache.Snapshot, bool, error) {
+	return s.byPointer(s.keys.latest+cache.LatestKey(principal, serverID, session), true)
 }
 
 // LatestInAnySession implements cache.Store.
 func (s *Store) LatestInAnySession(principal, serverID string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(s.keys.any + cache.AnySessionKey(principal, serverID))
+	return s.byPointer(s.keys.any+cache.AnySessionKey(principal, serverID), false)
 }
 
 // byPointer follows a newest-snapshot pointer. The pointer is read through
 // the client-side cache: another replica's newer snapshot moves it, and
-// Redis tells every replica that read it.
-func (s *Store) byPointer(key string) (*cache.Snapshot, bool, error) {
+// Redis tells every replica that read it, within a millisecond or so. A
+// pointer this replica moved itself in the last second, or a read that
+// must be current (now), skips the cache: the invalidation of a copy may
+// come after this replica's own write has returned (it tracks on one
+// connection and writes on another).
+func (s *Store) byPointer(key string, now bool) (*cache.Snapshot, bool, error) {
 	v, c, err := s.current()
 	if err != nil {
 		return nil, false, err
 	}
-	// ConnWriteTimeout bounds a miss; a hit needs no deadline.
-	raw, err := c.DoCache(context.Background(), c.B().Get().Key(key).Cache(), s.o.Retain+time.Hour).ToString()
+	var raw string
+	if now || s.movedHere(key) {
+		ctx, cancel := s.ctx()
+		raw, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		cancel()
+	} else {
+		// ConnWriteTimeout bounds a miss; a hit needs no deadline.
+		raw, err = c.DoCache(context.Background(), c.B().Get().Key(key).Cache(), s.o.Retain+time.Hour).ToString()
+	}
 	if rueidis.IsRedisNil(err) {
 		return nil, false, nil
 	}

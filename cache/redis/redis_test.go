@@ -415,3 +415,41 @@ func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
 	}
 	return time.Since(start)
 }
+
+// A replica reads back the pointer it has just moved, though its copy's
+// invalidation may come after its write returns; another replica reads
+// the store's own pointer with LatestNow at once, and through its copy
+// within the bound.
+func TestNewestPointerIsReadBack(t *testing.T) {
+	r := testbed.StartRedis(t)
+	a, prefix := open(t, r, "")
+	b, _ := open(t, r, prefix)
+	latest := func(st cache.Store, now bool) string {
+		t.Helper()
+		get := st.Latest
+		if now {
+			get = st.LatestNow
+		}
+		got, ok, err := get("agent", "billing", "s1")
+		if err != nil || !ok {
+			t.Fatalf("Latest = %v, %v", ok, err)
+		}
+		return got.Epoch
+	}
+	storetest.Put(t, a, storetest.Snapshot("agent", "billing", "s1", time.Minute))
+	latest(a, false)
+	latest(b, false) // both replicas now hold a copy of the pointer
+	for i := range 200 {
+		s := storetest.Snapshot("agent", "billing", "s1", time.Minute)
+		storetest.Put(t, a, s)
+		if got := latest(a, false); got != s.Epoch {
+			t.Fatalf("put %d: the writing replica read %s back, not %s", i, got, s.Epoch)
+		}
+		if got := latest(b, true); got != s.Epoch {
+			t.Fatalf("put %d: LatestNow on the other replica is %s, not %s", i, got, s.Epoch)
+		}
+	}
+	last, _, _ := a.Latest("agent", "billing", "s1")
+	took := waitFor(t, "the other replica's copy to follow", func() bool { return latest(b, false) == last.Epoch })
+	t.Logf("the other replica's copy followed within %v", took)
+}
