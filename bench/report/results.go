@@ -59,8 +59,11 @@ type Results struct {
 	// same Envoy without it.
 	Delivery Delivery `json:"delivery"`
 	// Store is the shared snapshot store's figures (issue 15).
-	Store   Store    `json:"store"`
-	Targets []Target `json:"targets"`
+	Store Store `json:"store"`
+	// EnvelopeHeaderBytes is the size of the x-capsnap-envelope header on
+	// the allowed Check of capsnap with the envelope on (CapsnapEnvelope).
+	EnvelopeHeaderBytes int      `json:"envelope_header_bytes,omitempty"`
+	Targets             []Target `json:"targets"`
 	// LiveProfile is capsnap's and the floor's CPU profiles under load,
 	// and CPUBreakdown their CPU per Check by part, from those profiles.
 	LiveProfile  *Profile  `json:"live_profile,omitempty"`

@@ -13,6 +13,8 @@ import (
 	"github.com/capsnap/capsnap/bench/ghz"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/bench/report"
+	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/testbed"
 )
 
 // Concurrencies of the Check over gRPC.
@@ -37,11 +39,34 @@ type grpcTarget struct {
 	// capsnap is set for capsnap, whose metrics then prove that it
 	// allowed every request of a run.
 	capsnap *capsnapServer
+	// req and in, if set, are the target's own request and ghz input in
+	// place of the shared ones: a second capsnap mints its own snapshot,
+	// whose epoch the request must name.
+	req *authv3.CheckRequest
+	in  *ghzInput
 }
 
-// checkOverGRPC loads capsnap, the floor and OPA-Envoy with the same
-// allowed refund CheckRequest at every concurrency, the three servers
-// taking turns at each so that a noisy spell hits them alike.
+// request is the request t is sent: its own, or shared.
+func (t grpcTarget) request(shared *authv3.CheckRequest) *authv3.CheckRequest {
+	if t.req != nil {
+		return t.req
+	}
+	return shared
+}
+
+// input is what ghz sends t: its own, or shared.
+func (t grpcTarget) input(shared ghzInput) ghzInput {
+	if t.in != nil {
+		return *t.in
+	}
+	return shared
+}
+
+// checkOverGRPC loads capsnap, the floor, OPA-Envoy and a second capsnap
+// that signs the envelope of every allowed call with the same allowed
+// refund CheckRequest at every concurrency (the second capsnap's under
+// its own snapshot), the servers taking turns at each so that a noisy
+// spell hits them alike.
 func (h *harness) checkOverGRPC(ctx context.Context) error {
 	h.results.Method.Concurrencies = concurrencies
 	h.results.Method.GRPCRun = h.o.grpcRun
@@ -56,7 +81,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 		return err
 	}
 	done.add(func() { h.stop(billing) })
-	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, &done)
+	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, false, &done)
 	if err != nil {
 		return err
 	}
@@ -71,11 +96,15 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	targets := []grpcTarget{capsnap, floor, opa}
 	files, err := h.ghzFiles(req)
 	if err != nil {
 		return err
 	}
+	signing, err := h.envelopeTarget(ctx, billingURL, files, &done)
+	if err != nil {
+		return err
+	}
+	targets := []grpcTarget{capsnap, floor, opa, signing}
 	for _, c := range concurrencies {
 		runs, err := h.concurrency(ctx, targets, c, files, req)
 		if err != nil {
@@ -94,8 +123,10 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 }
 
 // capsnapTarget starts capsnap, mints a snapshot with its first Check
-// (tools/list) and checks that it denies what the policy forbids.
-func (h *harness) capsnapTarget(ctx context.Context, billingURL string, done *cleanups) (grpcTarget, string, error) {
+// (tools/list) and checks that it denies what the policy forbids. With
+// envelope, capsnap signs the envelope of every allowed call with a key
+// written for it.
+func (h *harness) capsnapTarget(ctx context.Context, billingURL string, envelope bool, done *cleanups) (grpcTarget, string, error) {
 	// ghz talks to capsnap directly, with no Envoy and so no response
 	// path: the snapshot the Checks name is minted at the tools/list
 	// Check, from capsnap's view of the catalog.
@@ -103,8 +134,17 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL string, done *cl
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
-	cs, err := h.startCapsnapWith(ctx, capsnapSpec{name: "capsnap-grpc", billingURL: billingURL, principal: "{source: mtls}",
-		policy: policy, extra: "discovery: {bind: catalog}\n"})
+	name, extra, server := "capsnap-grpc", "discovery: {bind: catalog}\n", report.Capsnap
+	if envelope {
+		key := filepath.Join(h.work, "envelope-key.pem")
+		if err := testbed.WriteEnvelopeKey(key); err != nil {
+			return grpcTarget{}, "", err
+		}
+		name, server = "capsnap-grpc-envelope", report.CapsnapEnvelope
+		extra += fmt.Sprintf("envelope: {key_files: [%q]}\n", key)
+	}
+	cs, err := h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: "{source: mtls}",
+		policy: policy, extra: extra})
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
@@ -119,9 +159,51 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL string, done *cl
 		err = mustDeny(ctx, client, epoch)
 	}
 	if err != nil {
-		return grpcTarget{}, "", fmt.Errorf("capsnap: %w", err)
+		return grpcTarget{}, "", fmt.Errorf("%s: %w", server, err)
 	}
-	return grpcTarget{name: report.Capsnap, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs, pprofURL: cs.adminURL}, epoch, nil
+	t := grpcTarget{name: server, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs}
+	if !envelope {
+		// The live profile is capsnap's and the floor's.
+		t.pprofURL = cs.adminURL
+	}
+	return t, epoch, nil
+}
+
+// envelopeTarget starts the capsnap that signs envelopes, with its own
+// snapshot and request (shared's protoset), and checks that its allowed
+// Check carries an envelope; it records the envelope header's size.
+func (h *harness) envelopeTarget(ctx context.Context, billingURL string, shared ghzInput, done *cleanups) (grpcTarget, error) {
+	t, epoch, err := h.capsnapTarget(ctx, billingURL, true, done)
+	if err != nil {
+		return t, err
+	}
+	t.req = checkRequest(refundBody, epoch)
+	ctx2, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := t.client.Check(ctx2, t.req)
+	if err == nil {
+		err = allowed(resp)
+	}
+	if err != nil {
+		return t, fmt.Errorf("%s: the refund: %w", t.name, err)
+	}
+	n := 0
+	for _, hv := range resp.GetOkResponse().GetHeaders() {
+		if hv.GetHeader().GetKey() == envelope.Header {
+			n = len(hv.GetHeader().GetValue())
+		}
+	}
+	if n == 0 {
+		return t, fmt.Errorf("%s: an allowed Check carries no %s header", t.name, envelope.Header)
+	}
+	h.results.EnvelopeHeaderBytes = n
+	data, err := protojson.Marshal(t.req)
+	if err != nil {
+		return t, err
+	}
+	in := ghzInput{protoset: shared.protoset, data: filepath.Join(h.o.out, "check-request-envelope.json")}
+	t.in = &in
+	return t, os.WriteFile(in.data, data, 0o644)
 }
 
 // floorTarget starts the do-nothing server.
@@ -197,7 +279,7 @@ func (h *harness) ghzFiles(req *authv3.CheckRequest) (ghzInput, error) {
 
 // concurrency measures every target at concurrency c. Each is first
 // checked from Go (the Check must be allowed) and warmed up; then the
-// targets take turns in the order A B C C B A, each turn half of a
+// targets take turns in the order A B C D D C B A, each turn half of a
 // target's run, so that a machine that gets busier or quieter weighs on
 // every server alike. Each run is sized from its target's warm-up rate
 // to take about grpcRun.
@@ -206,7 +288,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 	reports := make([][]ghz.Report, len(targets))
 	half := make([]int, len(targets))
 	for i, t := range targets {
-		n, err := h.warmUp(ctx, t, c, in, req, h.o.grpcRun)
+		n, err := h.warmUp(ctx, t, c, t.input(in), t.request(req), h.o.grpcRun)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -221,7 +303,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 		order = append(order, len(targets)-1-i)
 	}
 	for _, i := range order {
-		rep, cpu, err := h.turn(ctx, targets[i], c, in, half[i])
+		rep, cpu, err := h.turn(ctx, targets[i], c, targets[i].input(in), half[i])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
 		}
@@ -231,7 +313,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 	for i, t := range targets {
 		// The floor and OPA decide the same request the same way every
 		// time: allowed before and after the run, allowed throughout.
-		if err := checkOnce(ctx, t.client, req); err != nil {
+		if err := checkOnce(ctx, t.client, t.request(req)); err != nil {
 			return nil, fmt.Errorf("%s: the Check after the run: %w", t.name, err)
 		}
 		mem, err := proc.ReadMemory(t.proc.Pid())

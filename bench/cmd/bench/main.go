@@ -57,7 +57,7 @@ func run(ctx context.Context, o options) error {
 	}{
 		{"find binaries and peers", h.findBinaries},
 		{"describe the machine", h.describeMachine},
-		{"Check over gRPC: capsnap, floor, OPA-Envoy", h.checkOverGRPC},
+		{"Check over gRPC: capsnap, floor, OPA-Envoy, capsnap + envelope", h.checkOverGRPC},
 		{"MCP tools/call through Envoy", h.throughEnvoy},
 		{"tools/list through the response path: bytes and latency", h.delivery},
 		{"scale: catalog sizes and live snapshots", h.scale},

@@ -1,0 +1,130 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/gobench"
+)
+
+// CapsnapEnvelope is capsnap signing the envelope of every allowed call
+// (envelope.key_files set), run in the same turns as Servers; the main
+// gRPC tables and the chart leave it out, the envelope's section compares
+// it with Capsnap.
+const CapsnapEnvelope = "capsnap + envelope"
+
+// The Go benchmarks of the envelope's cost: the allowed Check without and
+// with it (extauthz), and the parts of one seal (envelope).
+const (
+	BenchCheckEnvelopeOff = "BenchmarkCheckEnvelope/off"
+	BenchCheckEnvelopeOn  = "BenchmarkCheckEnvelope/on"
+	BenchSealSign         = "BenchmarkSealParts/ed25519.Sign"
+	BenchSealJOSE         = "BenchmarkSealParts/jose.Sign"
+	BenchSealArgsDigest   = "BenchmarkSealParts/ArgsDigest"
+	BenchSeal             = "BenchmarkSealParts/Seal"
+)
+
+// EnvelopeCost is what the envelope adds to one allowed Check in process:
+// ns/op, B/op and allocs/op, on less off; ok is false if either did not
+// run.
+func EnvelopeCost(hot []gobench.Result) (off, on gobench.Result, ok bool) {
+	off, ok1 := gobench.Find(hot, BenchCheckEnvelopeOff)
+	on, ok2 := gobench.Find(hot, BenchCheckEnvelopeOn)
+	return off, on, ok1 && ok2
+}
+
+func envelopeSection(b *strings.Builder, r *Results) {
+	fmt.Fprintf(b, "## Signed envelope (issue 16)\n\n")
+	fmt.Fprintf(b, "On every allowed `tools/call` capsnap can sign an envelope for the MCP server (`docs/ENVELOPE.md`): a compact JWS, EdDSA (Ed25519), binding the snapshot's pins, the principal, the digest of the call's arguments and its request id. "+
+		"What it costs the allowed Check, without it (`envelope` unset) and with it (`envelope.key_files`: one Ed25519 key), in process and over gRPC.\n\n")
+
+	fmt.Fprintf(b, "### In process (`BenchmarkCheckEnvelope`, `extauthz`)\n\n")
+	off, on, ok := EnvelopeCost(r.HotPath)
+	if !ok {
+		fmt.Fprintf(b, "Not run: no %s and %s among the hot path's results.\n", BenchCheckEnvelopeOff, BenchCheckEnvelopeOn)
+	} else {
+		fmt.Fprintf(b, "BenchmarkCheckAllowed's refund, decided by the same extauthz server without and with an envelope key.\n\n")
+		diff := func(unit string) string {
+			return fmt.Sprintf("%+.0f", on.Metrics[unit]-off.Metrics[unit])
+		}
+		table(b, []string{"allowed Check", "per Check", "B/op", "allocs/op"}, [][]string{
+			{"envelope off", nsop(off), metric(off, "B/op"), metric(off, "allocs/op")},
+			{"envelope on", nsop(on), metric(on, "B/op"), metric(on, "allocs/op")},
+			{"on − off", signed(time.Duration(on.Metrics["ns/op"] - off.Metrics["ns/op"])), diff("B/op"), diff("allocs/op")},
+			{"on ÷ off", ratioOf(on.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(on.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(on.Metrics["allocs/op"], off.Metrics["allocs/op"])},
+		})
+		added := on.Metrics["ns/op"] - off.Metrics["ns/op"]
+		fmt.Fprintf(b, "\nThe envelope adds %s and %s allocations to each allowed Check in process (%s → %s).",
+			signed(time.Duration(added)), diff("allocs/op"), nsop(off), nsop(on))
+		fmt.Fprintf(b, " The per-call binding of the arguments and the request (the digest of this call's arguments, its request id, a fresh `jti`) is what the signature covers, so no signature made once per snapshot and tool could stand for it: each allowed call needs a signature of its own.")
+		sign, okSign := gobench.Find(r.HotPath, BenchSealSign)
+		seal, okSeal := gobench.Find(r.HotPath, BenchSeal)
+		digest, okDigest := gobench.Find(r.HotPath, BenchSealArgsDigest)
+		if okSign && okSeal && okDigest && added > 0 {
+			share := func(ns float64) string {
+				return fmt.Sprintf("%s, %.0f%%", Dur(time.Duration(ns)), 100*ns/added)
+			}
+			sg, sl, dg := sign.Metrics["ns/op"], seal.Metrics["ns/op"], digest.Metrics["ns/op"]
+			rows := [][]string{
+				{"the Ed25519 signature of the envelope (`" + BenchSealSign + "`)", share(sg)},
+				{"the rest of the seal: the claims' JSON encoding, the JWS header, base64url (`" + BenchSeal + "` less the signature)", share(sl - sg)},
+				{"the arguments' canonical digest: RFC 8785 form and SHA-256 (`" + BenchSealArgsDigest + "`)", share(dg)},
+				{"the rest, outside the seal: gathering the claims, the answer's extra header, the garbage of the extra allocations", share(added - sl - dg)},
+			}
+			fmt.Fprintf(b, " Where the added time goes, from `BenchmarkSealParts` (`envelope`) in the same run:\n\n")
+			table(b, []string{"part of the envelope", "per Check, share of the added time"}, rows)
+			largest := "most"
+			if sg < added/2 {
+				largest = "the largest part"
+			}
+			fmt.Fprintf(b, "\nThe Ed25519 signature of each call's envelope is %s of it (%s); the claims' encoding and the arguments' canonical digest are the rest.\n", largest, share(sg))
+		} else {
+			fmt.Fprintf(b, " (`BenchmarkSealParts` did not run: the parts are not shown.)\n")
+		}
+	}
+
+	fmt.Fprintf(b, "\n### Over gRPC\n\n")
+	var rows [][]string
+	for _, c := range r.Method.Concurrencies {
+		x, ok1 := r.Run(Capsnap, c)
+		y, ok2 := r.Run(CapsnapEnvelope, c)
+		if !ok1 || !ok2 {
+			continue
+		}
+		rows = append(rows, []string{fmt.Sprint(c),
+			fmt.Sprintf("%.0f", x.RPS), fmt.Sprintf("%.0f", y.RPS), ratioOf(y.RPS, x.RPS),
+			Dur(x.P50), Dur(y.P50), signed(y.P50 - x.P50),
+			Dur(x.P99), Dur(y.P99), signed(y.P99 - x.P99),
+			Dur(x.CPUPerCheck), Dur(y.CPUPerCheck), signed(y.CPUPerCheck - x.CPUPerCheck)})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(b, "Not run.\n")
+		return
+	}
+	fmt.Fprintf(b, "A second capsnap, the same configuration but for `envelope.key_files` (a fresh Ed25519 key), took its turns with the servers of [Check over gRPC](#check-over-grpc), on its own snapshot of the same catalog, with the same request; "+
+		"before its runs, an allowed Check must carry an `%s` header in its answer, or the benchmark fails. Off is capsnap of that section, on is the second capsnap.\n\n", "x-capsnap-envelope")
+	table(b, []string{"concurrency", "Checks/s off", "Checks/s on", "on ÷ off", "p50 off", "p50 on", "added p50", "p99 off", "p99 on", "added p99", "CPU/Check off", "CPU/Check on", "added CPU/Check"}, rows)
+	var added, through []string
+	for _, c := range r.Method.Concurrencies {
+		x, ok1 := r.Run(Capsnap, c)
+		y, ok2 := r.Run(CapsnapEnvelope, c)
+		if ok1 && ok2 {
+			added = append(added, fmt.Sprintf("%s at c=%d", signed(y.CPUPerCheck-x.CPUPerCheck), c))
+			through = append(through, fmt.Sprintf("%s at c=%d", ratioOf(y.RPS, x.RPS), c))
+		}
+	}
+	fmt.Fprintf(b, "\nOver gRPC the envelope adds %s of server CPU per allowed Check (utime + stime over the turns, good to a clock tick per turn; the in-process figure above is the sharper one), and capsnap with it makes %s the Checks per second it makes without.", strings.Join(added, ", "), strings.Join(through, ", "))
+	if r.EnvelopeHeaderBytes > 0 {
+		fmt.Fprintf(b, " Each allowed answer also carries the envelope's header, %s bytes of JWS in this run.", thousands(r.EnvelopeHeaderBytes))
+	}
+	fmt.Fprintf(b, "\n")
+}
+
+// ratioOf is a ÷ b as "1.23×", or "–" if b is zero.
+func ratioOf(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
