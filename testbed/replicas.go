@@ -103,7 +103,9 @@ func (s *Stack) StartReplica(ctx context.Context, replica int) error {
 // two replicas, round robin, each health-checked over grpc.health.v1 often
 // enough that a draining replica (capsnap's drain) is out of rotation
 // before it stops; without a healthy replica, Envoy has no host and fails
-// closed, never panics into sending Checks to an unhealthy one. Envoy
+// closed, never panics into sending Checks to an unhealthy one. Two
+// failures, not one, and a timeout of a second: on a loaded machine one
+// slow answer would otherwise take a healthy replica out. Envoy
 // merges health changes for update_merge_window (1s by default) before its
 // workers see them: a replica would go on taking Checks for that long
 // after it drained, so the window is off.
@@ -119,10 +121,10 @@ func replicaCluster(cfg []byte, p Ports) []byte {
 	two := fmt.Sprintf(`    lb_policy: ROUND_ROBIN
     common_lb_config: {healthy_panic_threshold: {value: 0}, update_merge_window: 0s}
     health_checks:
-    - timeout: 0.2s
+    - timeout: 1s
       interval: 0.1s
       no_traffic_interval: 0.1s
-      unhealthy_threshold: 1
+      unhealthy_threshold: 2
       healthy_threshold: 1
       grpc_health_check: {}
     load_assignment:
