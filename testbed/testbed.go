@@ -54,19 +54,34 @@ func EnvoyVersion(bin string) (string, error) {
 // hands out (":0") is one it may hand the next outgoing connection too,
 // and a server started on it a moment later finds it taken.
 func FreePort() (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 200 {
 		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if handedOut.ports[port] {
+			// Free now, but another caller in this process is about to
+			// bind it: the stacks of one test binary would collide.
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
 		}
 		l.Close()
+		handedOut.ports[port] = true
 		return port, nil
 	}
 	return 0, fmt.Errorf("free port: none free in %d-%d after 200 tries", freePortLow, freePortHigh)
 }
 
 const freePortLow, freePortHigh = 20000, 32000
+
+// handedOut are the ports FreePort has returned in this process. A port is
+// never handed out twice: a process that stopped may be restarted on it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // Build compiles the named main packages of this module into dir and
 // returns each binary's path, keyed by its base name.
