@@ -159,55 +159,7 @@ func TestEnvelopeSDKVerifiers(t *testing.T) {
 			}
 			before = starts(t, s, "billing", "refund")
 
-			d.headers.Set("x-capsnap-schema-digest", own)
-			d.headers.Set("x-capsnap-epoch", epoch)
-			d.headers.Set("x-capsnap-principal", supportAgent)
-			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Missing) {
-				t.Errorf("forged headers, no envelope: %q, want %s", r, envelope.Missing)
-			}
-
-			genuine := checkDirect(t, s, epoch, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}}}`)
-			d.headers.Set(envelope.Header, genuine)
-			if r := d.refusal(t, "refund", map[string]any{"order_id": "A-100", "amount": 249, "reason_code": "duplicate_charge"}); r != string(envelope.Mismatch) {
-				t.Errorf("a genuine envelope replayed for other arguments: %q, want %s", r, envelope.Mismatch)
-			}
-
-			keys, err := envelope.LoadKeys(s.EnvelopeKey())
-			if err != nil {
-				t.Fatal(err)
-			}
-			args, _ := envelope.ArgsDigest(json.RawMessage(`{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`))
-			claims := func() *envelope.Claims {
-				now := time.Now()
-				return &envelope.Claims{Audience: "billing", Subject: supportAgent, IssuedAt: now.Unix(), Expiry: now.Add(30 * time.Second).Unix(),
-					Epoch: epoch, Tool: "refund", SchemaDigest: own, EffectClass: "money_move", PolicyDigest: "sha256:x", ArgsDigest: args}
-			}
-			expired := claims()
-			expired.IssuedAt, expired.Expiry = time.Now().Add(-2*time.Minute).Unix(), time.Now().Add(-time.Minute).Unix()
-			token, err := keys.Seal(expired)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d.headers.Set(envelope.Header, token)
-			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Expired) {
-				t.Errorf("an expired envelope: %q, want %s", r, envelope.Expired)
-			}
-
-			stranger := filepath.Join(t.TempDir(), "stranger.pem")
-			if err := testbed.WriteEnvelopeKey(stranger); err != nil {
-				t.Fatal(err)
-			}
-			other, err := envelope.LoadKeys(stranger)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if token, err = other.Seal(claims()); err != nil {
-				t.Fatal(err)
-			}
-			d.headers.Set(envelope.Header, token)
-			if r := d.refusal(t, "refund", refundA100); r != string(envelope.Invalid) {
-				t.Errorf("an envelope signed by an unknown key: %q, want %s", r, envelope.Invalid)
-			}
+			refuseOffEnvoy(t, s, d, epoch, own)
 
 			if got := starts(t, s, "billing", "refund") - before; got != 0 {
 				t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)

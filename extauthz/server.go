@@ -343,10 +343,15 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		return s.list(d, m)
 	default:
 		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
+		// Kept whole, so that a denial decided again starts from it.
+		called := *d
 		if fail := s.verifyCall(d); fail != nil {
-			if !s.lagged(d, fail) {
+			newest := s.lagged(d, fail)
+			if newest == nil {
 				return fail
 			}
+			*d = called
+			d.newest = newest
 			if fail := s.verifyCall(d); fail != nil {
 				return fail
 			}
@@ -612,23 +617,21 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 	return nil
 }
 
-// lagged reports whether a denial was decided on a newest-snapshot pointer
-// that lagged the store (a shared store's replica learns that another
-// moved it within a millisecond or so): then d is reset to be decided
-// again on the store's own newest snapshot, so that an agent that has just
-// listed again through another replica is held to what it was delivered.
-// A call that names its epoch, or that the store cannot serve, was not.
-func (s *Server) lagged(d *decision, fail *deny.Error) bool {
-	if d.clientEpoch != "" || d.newest != nil || fail.Reason == deny.StoreUnavailable {
-		return false
+// lagged returns the store's own newest snapshot when a denial was decided
+// on a newest-snapshot pointer that lagged it (a shared store's replica
+// learns that another moved it within a millisecond or so), for the call
+// to be decided again on it: an agent that has just listed again through
+// another replica is held to what it was delivered. A call that names its
+// epoch, or that the store cannot serve, did not lag; nil then.
+func (s *Server) lagged(d *decision, fail *deny.Error) *cache.Snapshot {
+	if d.clientEpoch != "" || fail.Reason == deny.StoreUnavailable {
+		return nil
 	}
 	snap, ok, err := s.snapshots.LatestNow(d.principal, d.serverID, d.session)
 	if err != nil || !ok || (d.snapshot != nil && snap.Epoch == d.snapshot.Epoch) {
-		return false
+		return nil
 	}
-	d.newest, d.snapshot, d.allowedTools, d.staleRead = snap, nil, nil, false
-	d.digest, d.liveDigest, d.policyDigest, d.effect = "", "", "", 0
-	return true
+	return snap
 }
 
 // snapshotFor finds the snapshot a call is verified against: the one the

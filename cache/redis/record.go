@@ -47,9 +47,13 @@ func (s *sealer) mac(kind string, parts ...string) string {
 	h := s.pool.Get().(hash.Hash)
 	h.Reset()
 	var n [binary.MaxVarintLen64]byte
-	for _, p := range append([]string{kind}, parts...) {
+	write := func(p string) {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
 		h.Write([]byte(p))
+	}
+	write(kind)
+	for _, p := range parts {
+		write(p)
 	}
 	var sum [sha256.Size]byte
 	out := base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:macLen])
