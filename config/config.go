@@ -158,6 +158,12 @@ type Server struct {
 	// widest catalog, so that it can confirm any tool an agent is
 	// delivered. Nil means all of ClientCapabilityNames.
 	ClientCapabilities []string `yaml:"client_capabilities"`
+	// GrantKeyFile is the public half of the server's grant key (P-256,
+	// PEM "PUBLIC KEY"). With it, capsnap signs a grant once per snapshot
+	// and tool and binds each call with a MAC under the grant's call key,
+	// which only this server can decrypt; without it, each call's envelope
+	// is signed whole (docs/ENVELOPE.md).
+	GrantKeyFile string `yaml:"grant_key_file"`
 }
 
 // ClientCapabilityNames are the client capabilities capsnap can declare.
@@ -418,6 +424,7 @@ func (c *Config) resolvePaths(dir string) {
 	r.TLS.CAFile, r.TLS.CertFile, r.TLS.KeyFile = abs(r.TLS.CAFile), abs(r.TLS.CertFile), abs(r.TLS.KeyFile)
 	for i := range c.Servers {
 		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
+		c.Servers[i].GrantKeyFile = abs(c.Servers[i].GrantKeyFile)
 	}
 	c.resolveAccessPaths(abs)
 }
@@ -495,6 +502,9 @@ func (c Config) Validate() error {
 		}
 		if seen[s.ID] {
 			return fmt.Errorf("servers[%d].id: %q is listed twice", i, s.ID)
+		}
+		if s.GrantKeyFile != "" && len(c.Envelope.KeyFiles) == 0 {
+			return fmt.Errorf("servers[%d].grant_key_file: set without envelope.key_files, which sign its grants", i)
 		}
 		seen[s.ID] = true
 	}

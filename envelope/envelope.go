@@ -12,7 +12,6 @@ package envelope
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,6 +53,8 @@ type Claims struct {
 	PolicyDigest string          `json:"policy_digest"`
 	ArgsDigest   string          `json:"args_digest"`
 	RequestID    json.RawMessage `json:"rid"`
+	// Grant is the jti of the grant the envelope is under, if any.
+	Grant string `json:"-"`
 }
 
 // ArgsDigest is the digest an envelope binds a call's arguments by: SHA-256
@@ -76,10 +77,11 @@ func ArgsDigest(args json.RawMessage) (string, error) {
 // published in the JWKS, so that verifiers know a new key before it signs
 // and an old one until its last envelope expires.
 type Keys struct {
-	signer  jose.Signer
-	kid     string
-	private ed25519.PrivateKey
-	public  jose.JSONWebKeySet
+	signer      jose.Signer
+	grantSigner jose.Signer
+	kid         string
+	private     ed25519.PrivateKey
+	public      jose.JSONWebKeySet
 }
 
 // LoadKeys reads Ed25519 private keys, PEM PKCS #8 ("openssl genpkey
@@ -96,11 +98,9 @@ func LoadKeys(files ...string) (*Keys, error) {
 			return nil, err
 		}
 		jwk := jose.JSONWebKey{Key: priv.Public(), Algorithm: string(jose.EdDSA), Use: "sig"}
-		tp, err := jwk.Thumbprint(crypto.SHA256)
-		if err != nil {
+		if jwk.KeyID, err = thumbprint(priv.Public()); err != nil {
 			return nil, fmt.Errorf("envelope: %s: %w", f, err)
 		}
-		jwk.KeyID = base64.RawURLEncoding.EncodeToString(tp)
 		for _, seen := range k.public.Keys {
 			if seen.KeyID == jwk.KeyID {
 				return nil, fmt.Errorf("envelope: %s is the same key as an earlier file", f)
@@ -111,13 +111,23 @@ func LoadKeys(files ...string) (*Keys, error) {
 			k.kid, k.private = jwk.KeyID, priv
 		}
 	}
-	opts := (&jose.SignerOptions{}).WithType(Type).WithHeader("kid", k.kid)
 	var err error
-	k.signer, err = jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
+	if k.signer, err = k.newSigner(Type); err != nil {
+		return nil, err
+	}
+	if k.grantSigner, err = k.newSigner(GrantType); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *Keys) newSigner(typ string) (jose.Signer, error) {
+	opts := (&jose.SignerOptions{}).WithType(jose.ContentType(typ)).WithHeader("kid", k.kid)
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	return k, nil
+	return s, nil
 }
 
 func readKey(file string) (ed25519.PrivateKey, error) {
@@ -177,10 +187,9 @@ func (k *Keys) sign(payload []byte) (string, error) {
 // their own, so that no verifier of envelopes takes them for one: the
 // audit trail's checkpoints.
 func (k *Keys) Signer(typ string) (func(payload []byte) (string, error), error) {
-	opts := (&jose.SignerOptions{}).WithType(jose.ContentType(typ)).WithHeader("kid", k.kid)
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
+	s, err := k.newSigner(typ)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+		return nil, err
 	}
 	return func(payload []byte) (string, error) {
 		jws, err := s.Sign(payload)

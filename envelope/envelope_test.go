@@ -183,7 +183,7 @@ func TestVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := v.Verify(tt.token, tt.call)
+			c, err := v.Verify(Presented{Envelope: tt.token}, tt.call)
 			var e *Error
 			switch {
 			case tt.want == "" && err != nil:
@@ -204,11 +204,11 @@ func TestVerifyRefusesAReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	token, _ := a.Seal(claims())
-	if _, err := v.Verify(token, refundCall); err != nil {
+	if _, err := v.Verify(Presented{Envelope: token}, refundCall); err != nil {
 		t.Fatal(err)
 	}
 	var e *Error
-	if _, err := v.Verify(token, refundCall); !errors.As(err, &e) || e.Reason != Replayed {
+	if _, err := v.Verify(Presented{Envelope: token}, refundCall); !errors.As(err, &e) || e.Reason != Replayed {
 		t.Fatalf("the same envelope twice: %v, want %s", err, Replayed)
 	}
 }
@@ -239,7 +239,7 @@ func TestRotationThroughTheJWKSURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = v.Verify(token, refundCall)
+		_, err = v.Verify(Presented{Envelope: token}, refundCall)
 		return err
 	}
 	if err := verify(old, "1"); err != nil {

@@ -3,6 +3,7 @@ package envelope
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type VerifierOptions struct {
 	// kid fetches it again at most once a second. Zero means 5m.
 	Refresh time.Duration
 	Client  *http.Client
+	// GrantKeyFiles are the server's grant keys, P-256 private keys (PEM
+	// PKCS #8), several during a rotation: a grant's call key is
+	// decrypted with the one its kid names. Without any, a call under a
+	// grant is refused and only envelopes signed whole are taken.
+	GrantKeyFiles []string
 	// Leeway allows for clock skew with capsnap at exp; zero means 5s.
 	Leeway time.Duration
 	Now    func() time.Time
@@ -78,6 +84,9 @@ type Verifier struct {
 	// those past it were last dropped.
 	seen   map[string]int64
 	pruned time.Time
+
+	grantKeys map[string]*ecdsa.PrivateKey
+	grants    grantCache
 }
 
 // NewVerifier loads the JWKS (from a URL, on first use) and returns a
@@ -101,7 +110,14 @@ func NewVerifier(o VerifierOptions) (*Verifier, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 5 * time.Second}
 	}
-	v := &Verifier{o: o, seen: map[string]int64{}}
+	v := &Verifier{o: o, seen: map[string]int64{}, grantKeys: map[string]*ecdsa.PrivateKey{}}
+	for _, f := range o.GrantKeyFiles {
+		key, kid, err := readGrantKey(f)
+		if err != nil {
+			return nil, err
+		}
+		v.grantKeys[kid] = key
+	}
 	if o.JWKSFile != "" {
 		data, err := os.ReadFile(o.JWKSFile)
 		if err != nil {
@@ -178,37 +194,30 @@ func (v *Verifier) fetch(now time.Time) error {
 	return nil
 }
 
-// Verify checks token as the envelope of call, and returns its claims. A
-// refusal is an *Error. The schema digest is the caller's to compare: only
-// it knows its handler's definition.
-func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
-	if token == "" {
+// Presented is what a request carries: its envelope, and the grant the
+// envelope is under if capsnap sent one.
+type Presented struct {
+	Envelope string // the x-capsnap-envelope header
+	Grant    string // the x-capsnap-grant header
+}
+
+// Verify checks what the request presents as the envelope of call, and
+// returns its claims (a grant's merged with its envelope's). A refusal is
+// an *Error. The schema digest is the caller's to compare: only it knows
+// its handler's definition.
+func (v *Verifier) Verify(p Presented, call Call) (*Claims, error) {
+	if p.Envelope == "" {
 		return nil, refuse(Missing, "the call carries no %s header", Header)
 	}
-	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
-	if err != nil {
-		return nil, refuse(Invalid, "not a compact EdDSA JWS: %v", err)
+	var c *Claims
+	var err error
+	if p.Grant == "" {
+		c, err = v.whole(p.Envelope)
+	} else {
+		c, err = v.underGrant(p.Grant, p.Envelope)
 	}
-	if len(jws.Signatures) != 1 {
-		return nil, refuse(Invalid, "%d signatures, want one", len(jws.Signatures))
-	}
-	h := jws.Signatures[0].Protected
-	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != Type {
-		return nil, refuse(Invalid, "typ %q, want %q", typ, Type)
-	}
-	key, err := v.key(h.KeyID)
 	if err != nil {
 		return nil, err
-	}
-	payload, err := jws.Verify(key)
-	if err != nil {
-		return nil, refuse(Invalid, "the signature does not verify under key %q", h.KeyID)
-	}
-	var c Claims
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return nil, refuse(Invalid, "claims: %v", err)
 	}
 	switch {
 	case c.ID == "" || c.Tool == "" || c.SchemaDigest == "" || c.ArgsDigest == "" || c.Expiry == 0:
@@ -236,7 +245,63 @@ func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
 	if err := v.remember(c.ID, c.Expiry, now); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// whole opens an envelope signed whole, without a grant.
+func (v *Verifier) whole(token string) (*Claims, error) {
+	payload, err := v.verifySigned(token, Type)
+	if err != nil {
+		return nil, err
+	}
+	var c Claims
+	if err := decodeStrict(payload, &c); err != nil {
+		return nil, err
+	}
 	return &c, nil
+}
+
+// verifySigned checks token as a compact EdDSA JWS of type typ under a
+// key of the JWKS, and returns its payload.
+func (v *Verifier) verifySigned(token, typ string) ([]byte, error) {
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return nil, refuse(Invalid, "not a compact EdDSA JWS: %v", err)
+	}
+	h, err := oneSignature(jws, typ)
+	if err != nil {
+		return nil, err
+	}
+	key, err := v.key(h.KeyID)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := jws.Verify(key)
+	if err != nil {
+		return nil, refuse(Invalid, "the signature does not verify under key %q", h.KeyID)
+	}
+	return payload, nil
+}
+
+func oneSignature(jws *jose.JSONWebSignature, typ string) (jose.Header, error) {
+	if len(jws.Signatures) != 1 {
+		return jose.Header{}, refuse(Invalid, "%d signatures, want one", len(jws.Signatures))
+	}
+	h := jws.Signatures[0].Protected
+	if got, _ := h.ExtraHeaders[jose.HeaderType].(string); got != typ {
+		return jose.Header{}, refuse(Invalid, "typ %q, want %q", got, typ)
+	}
+	return h, nil
+}
+
+// decodeStrict reads claims that must have no member but those named.
+func decodeStrict(payload []byte, into any) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return refuse(Invalid, "claims: %v", err)
+	}
+	return nil
 }
 
 // remember refuses a jti seen before, and forgets those past their exp.

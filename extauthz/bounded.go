@@ -33,3 +33,25 @@ func (b *bounded[K, V]) get(k K, max int64, derive func() (K, V)) V {
 	}
 	return got.(V)
 }
+
+// load returns k's value, if held.
+func (b *bounded[K, V]) load(k K) (V, bool) {
+	v, ok := b.m.Load(k)
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return v.(V), true
+}
+
+// store holds v for k, replacing any value held: k must not point into a
+// request.
+func (b *bounded[K, V]) store(k K, v V, max int64) {
+	if b.n.Load() >= max {
+		b.m.Clear()
+		b.n.Store(0)
+	}
+	if _, loaded := b.m.Swap(k, v); !loaded {
+		b.n.Add(1)
+	}
+}

@@ -20,4 +20,13 @@ func BenchmarkCheckEnvelope(b *testing.B) {
 	b.Run("on", func(b *testing.B) {
 		benchmarkAllowed(b, packFixture(b, discardAudit, func(o *Options) { o.Envelope = keys }))
 	})
+	r, err := envelope.LoadRecipient(filepath.Join("..", "envelope", "testdata", "grant-key-a.pub.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("grant", func(b *testing.B) {
+		benchmarkAllowed(b, packFixture(b, discardAudit, func(o *Options) {
+			o.Envelope, o.Grants = keys, map[string]*envelope.Recipient{"billing": r}
+		}))
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,37 +16,63 @@ import (
 )
 
 // envelopeFixture is a fixture whose allowed calls carry an envelope signed
-// with envelope/testdata's key-a, and a verifier for the billing server.
-func envelopeFixture(t *testing.T, ttl time.Duration) (*fixture, *envelope.Verifier) {
+// with envelope/testdata's key-a, under a grant to billing's grant-key-a
+// if granted, and a verifier for the billing server.
+func envelopeFixture(t *testing.T, ttl time.Duration, granted bool) (*fixture, *envelope.Verifier) {
 	t.Helper()
-	keys, err := envelope.LoadKeys(filepath.Join("..", "envelope", "testdata", "key-a.pem"))
+	testdata := filepath.Join("..", "envelope", "testdata")
+	keys, err := envelope.LoadKeys(filepath.Join(testdata, "key-a.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, func(o *Options) { o.Envelope, o.EnvelopeTTL = keys, ttl })
+	var grants map[string]*envelope.Recipient
+	if granted {
+		r, err := envelope.LoadRecipient(filepath.Join(testdata, "grant-key-a.pub.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = map[string]*envelope.Recipient{"billing": r}
+	}
+	f := newFixture(t, func(o *Options) { o.Envelope, o.EnvelopeTTL, o.Grants = keys, ttl, grants })
 	jwks := filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwks, keys.JWKS(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	v, err := envelope.NewVerifier(envelope.VerifierOptions{Audience: "billing", JWKSFile: jwks, Now: f.clock.now})
+	v, err := envelope.NewVerifier(envelope.VerifierOptions{Audience: "billing", JWKSFile: jwks, Now: f.clock.now,
+		GrantKeyFiles: []string{filepath.Join(testdata, "grant-key-a.pem")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f, v
 }
 
+func presented(o outcome) envelope.Presented {
+	return envelope.Presented{Envelope: o.upstream[envelope.Header], Grant: o.upstream[envelope.GrantHeader]}
+}
+
+var envelopeModes = []struct {
+	name    string
+	granted bool
+}{{"signed whole", false}, {"under a grant", true}}
+
 // An allowed call's envelope binds exactly what was verified, and verifies
 // for that call alone; its audit line names it.
 func TestEnvelopeOfAnAllowedCall(t *testing.T) {
-	f, v := envelopeFixture(t, 30*time.Second)
+	for _, mode := range envelopeModes {
+		t.Run(mode.name, func(t *testing.T) { testEnvelopeOfAnAllowedCall(t, mode.granted) })
+	}
+}
+
+func testEnvelopeOfAnAllowedCall(t *testing.T, granted bool) {
+	f, v := envelopeFixture(t, 30*time.Second, granted)
 	f.list(t, support, "billing", nil)
 	o := f.call(t, checkCase{Principal: support, ServerID: "billing", Body: callBody("refund")})
 	if o.reason != "" {
 		t.Fatalf("refund denied: %s", o.reason)
 	}
-	token := o.upstream[envelope.Header]
-	if token == "" {
-		t.Fatalf("the allowed call carries no %s: %v", envelope.Header, o.upstream)
+	token := presented(o)
+	if token.Envelope == "" || (token.Grant != "") != granted {
+		t.Fatalf("the allowed call carries %s %q and %s %q", envelope.Header, token.Envelope, envelope.GrantHeader, token.Grant)
 	}
 	call := envelope.Call{Tool: "refund", Arguments: json.RawMessage(validArgs["refund"]), RequestID: json.RawMessage(`1`)}
 	c, err := v.Verify(token, call)
@@ -64,6 +91,9 @@ func TestEnvelopeOfAnAllowedCall(t *testing.T) {
 	if !strings.Contains(f.audit.String(), `"envelope":"`+c.ID+`"`) {
 		t.Errorf("no audit line names envelope %s:\n%s", c.ID, f.audit)
 	}
+	if granted && !strings.Contains(f.audit.String(), `"envelope_grant":"`+c.Grant+`"`) {
+		t.Errorf("no audit line names grant %s:\n%s", c.Grant, f.audit)
+	}
 	// The same envelope for other arguments is refused.
 	other := call
 	other.Arguments = json.RawMessage(`{"order_id":"A-100","amount":250,"reason_code":"duplicate_charge"}`)
@@ -75,7 +105,7 @@ func TestEnvelopeOfAnAllowedCall(t *testing.T) {
 
 // An envelope never outlives its snapshot.
 func TestEnvelopeEndsWithItsSnapshot(t *testing.T) {
-	f, _ := envelopeFixture(t, time.Minute)
+	f, _ := envelopeFixture(t, time.Minute, false)
 	f.list(t, support, "billing", nil)
 	f.clock.advance(5*time.Minute - 10*time.Second) // 10s of the snapshot left
 	f.billing.push(t, "testdata/catalog.json", nil) // the catalog confirmed fresh again
@@ -103,7 +133,7 @@ func TestEnvelopeFromAClientIsRemoved(t *testing.T) {
 	f := newFixture(t)
 	f.list(t, support, "billing", nil)
 	resp, err := f.Check(context.Background(), checkCase{Principal: support, ServerID: "billing", Body: callBody("refund"),
-		Headers: map[string]string{envelope.Header: "forged"}}.request())
+		Headers: map[string]string{envelope.Header: "forged", envelope.GrantHeader: "forged"}}.request())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,22 +141,57 @@ func TestEnvelopeFromAClientIsRemoved(t *testing.T) {
 	if ok == nil {
 		t.Fatal("refund denied")
 	}
-	for _, h := range ok.GetHeaders() {
-		if h.GetHeader().GetKey() == envelope.Header {
-			t.Fatalf("capsnap set %s without keys", envelope.Header)
+	for _, name := range []string{envelope.Header, envelope.GrantHeader} {
+		for _, h := range ok.GetHeaders() {
+			if h.GetHeader().GetKey() == name {
+				t.Fatalf("capsnap set %s without keys", name)
+			}
+		}
+		if !slices.Contains(ok.GetHeadersToRemove(), name) {
+			t.Fatalf("the client's %s is not removed: %v", name, ok.GetHeadersToRemove())
 		}
 	}
-	removed := false
-	for _, h := range ok.GetHeadersToRemove() {
-		removed = removed || h == envelope.Header
-	}
-	if !removed {
-		t.Fatalf("the client's %s is not removed: %v", envelope.Header, ok.GetHeadersToRemove())
-	}
 
-	fe, _ := envelopeFixture(t, 30*time.Second)
+	fe, _ := envelopeFixture(t, 30*time.Second, false)
 	fe.list(t, support, "billing", nil)
 	if o := fe.call(t, checkCase{Principal: support, ServerID: "billing", Body: callBody("delete_all_orders")}); o.reason == "" || o.upstream != nil {
 		t.Fatalf("a denied call: %+v", o)
+	}
+}
+
+// Under a grant, capsnap signs once per snapshot and tool: every call of
+// refund under one snapshot carries the same grant and its own envelope,
+// and another tool or another snapshot another grant. Each envelope
+// verifies once, for its own call.
+func TestOneGrantPerSnapshotAndTool(t *testing.T) {
+	f, v := envelopeFixture(t, 30*time.Second, true)
+	f.list(t, support, "billing", nil)
+	call := func(tool string) envelope.Presented {
+		t.Helper()
+		o := f.call(t, checkCase{Principal: support, ServerID: "billing", Body: callBody(tool)})
+		if o.reason != "" {
+			t.Fatalf("%s denied: %s", tool, o.reason)
+		}
+		p := presented(o)
+		if _, err := v.Verify(p, envelope.Call{Tool: tool, Arguments: json.RawMessage(validArgs[tool])}); err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		return p
+	}
+	first, second, lookup := call("refund"), call("refund"), call("lookup_order")
+	switch {
+	case first.Grant != second.Grant:
+		t.Error("two calls of refund under one snapshot carry two grants")
+	case first.Envelope == second.Envelope:
+		t.Error("two calls carry the same envelope")
+	case lookup.Grant == first.Grant:
+		t.Error("lookup_order and refund share a grant")
+	}
+	if n := strings.Count(f.audit.String(), `"envelope_grant":"`); n != 3 {
+		t.Errorf("%d audit lines name a grant, want 3", n)
+	}
+	f.list(t, support, "billing", nil)
+	if next := call("refund"); next.Grant == first.Grant {
+		t.Error("a new snapshot's refund reuses the old snapshot's grant")
 	}
 }

@@ -207,6 +207,9 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.envelopeID != "" {
 		ev = ev.Str("envelope", d.envelopeID)
 	}
+	if d.grantID != "" {
+		ev = ev.Str("envelope_grant", d.grantID)
+	}
 	if d.staleRead {
 		ev = ev.Bool("stale_catalog_read", true)
 	}

@@ -169,9 +169,12 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 				HeaderPolicyDigest, k.policyDigest,
 			)
 		})
-		if d.envelope != "" {
+		switch {
+		case d.grant != "":
+			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch, envelope.Header, d.envelope, envelope.GrantHeader, d.grant)
+		case d.envelope != "":
 			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch, envelope.Header, d.envelope)
-		} else {
+		default:
 			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch)
 		}
 	case d.snapshot != nil:

@@ -70,6 +70,10 @@ type Options struct {
 	// past the snapshot's valid_until.
 	Envelope    *envelope.Keys
 	EnvelopeTTL time.Duration
+	// Grants are the grant keys of the servers that take envelopes under
+	// a grant, by server_id: capsnap signs once per snapshot and tool for
+	// those, and every other's envelopes whole.
+	Grants map[string]*envelope.Recipient
 	// Audit receives one line per decision.
 	Audit   zerolog.Logger
 	Metrics *Metrics
@@ -101,6 +105,8 @@ type Server struct {
 	limits      mcpparse.Limits
 	envelope    *envelope.Keys
 	envelopeTTL time.Duration
+	recipients  map[string]*envelope.Recipient
+	grants      grants
 	auditLog    zerolog.Logger
 	metrics     *Metrics
 	now         func() time.Time
@@ -134,6 +140,7 @@ func New(o Options) (*Server, error) {
 
 		envelope:    o.Envelope,
 		envelopeTTL: o.EnvelopeTTL,
+		recipients:  o.Grants,
 		delivered:   o.Bind != config.BindCatalog,
 		maxResponse: o.MaxResponseBytes,
 		listingKey:  o.ListingKey,
@@ -254,8 +261,10 @@ type decision struct {
 	// lagging pointer is decided again (lagged).
 	newest *cache.Snapshot
 	// envelope is the signed envelope of an allowed tools/call, and
-	// envelopeID its jti, which the audit line names.
+	// envelopeID its jti, which the audit line names; grant is the grant
+	// it is under, if any, and grantID that grant's jti.
 	envelope, envelopeID string
+	grant, grantID       string
 	// listing is the ticket of an allowed tools/list on the response path,
 	// for its response's Deliver.
 	listing string
@@ -458,7 +467,9 @@ func (s *Server) store(d *decision, snap *cache.Snapshot) *deny.Error {
 
 // signEnvelope signs the envelope of an allowed call, binding it to exactly what
 // was verified: the handler that runs it can check each part against
-// itself before any side effect.
+// itself before any side effect. For a server that holds a grant key, what
+// is the same for every call of the tool under the snapshot is signed once,
+// in its grant, and the call is bound by a MAC under the grant's call key.
 func (s *Server) signEnvelope(d *decision) *deny.Error {
 	if s.envelope == nil {
 		return nil
@@ -472,6 +483,19 @@ func (s *Server) signEnvelope(d *decision) *deny.Error {
 	if d.snapshot.ValidUntil.Before(exp) {
 		exp = d.snapshot.ValidUntil
 	}
+	if r := s.recipients[d.serverID]; r != nil {
+		g, err := s.grant(d, r)
+		if err != nil {
+			return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+		}
+		c := &envelope.CallClaims{IssuedAt: d.now.Unix(), Expiry: exp.Unix(), ArgsDigest: args, RequestID: d.id}
+		token, err := g.Seal(c)
+		if err != nil {
+			return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+		}
+		d.envelope, d.envelopeID, d.grant, d.grantID = token, c.ID, g.Token, g.Claims.ID
+		return nil
+	}
 	c := &envelope.Claims{
 		Audience: d.serverID, Subject: d.principal, IssuedAt: d.now.Unix(), Expiry: exp.Unix(),
 		ID: envelope.NewID(), Epoch: d.snapshot.Epoch, Tool: d.tool, SchemaDigest: d.digest,
@@ -483,6 +507,38 @@ func (s *Server) signEnvelope(d *decision) *deny.Error {
 	}
 	d.envelope, d.envelopeID = token, c.ID
 	return nil
+}
+
+// grants keeps each snapshot's grant for each tool called under it.
+// Bounded like the pin headers: past maxGrants it starts over, and each
+// grant in use is signed again.
+type grants = bounded[grantKey, *envelope.Grant]
+
+type grantKey struct{ serverID, epoch, tool string }
+
+const maxGrants = 16384
+
+// grant returns the grant of d's tool under d's snapshot, minting it on
+// first use. A grant says what was verified for every call under it, so one
+// kept that says anything else (another principal, definition, policy or
+// expiry under the same epoch, which a snapshot never has) is minted again.
+func (s *Server) grant(d *decision, r *envelope.Recipient) (*envelope.Grant, error) {
+	want := envelope.GrantClaims{
+		Audience: d.serverID, Subject: d.principal, Expiry: d.snapshot.ValidUntil.Unix(),
+		Epoch: d.snapshot.Epoch, Tool: d.tool, SchemaDigest: d.digest,
+		EffectClass: d.effect.String(), PolicyDigest: d.policyDigest,
+	}
+	k := grantKey{d.serverID, d.snapshot.Epoch, d.tool}
+	if g, ok := s.grants.load(k); ok && g.Says(want) {
+		return g, nil
+	}
+	want.IssuedAt = d.now.Unix()
+	g, err := s.envelope.Grant(want, r)
+	if err != nil {
+		return nil, err
+	}
+	s.grants.store(grantKey{strings.Clone(k.serverID), strings.Clone(k.epoch), strings.Clone(k.tool)}, g, maxGrants)
+	return g, nil
 }
 
 // storeFailed is the denial of every decision the snapshot store cannot

@@ -52,6 +52,23 @@ func TestGuardChecksTheEnvelope(t *testing.T) {
 		}
 		return token
 	}
+	recipient, err := envelope.LoadRecipient(filepath.Join("..", "envelope", "testdata", "grant-key-a.pub.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// under seals the call's envelope under a grant of key k.
+	under := func(k *envelope.Keys, schemaDigest string) http.Header {
+		g, err := k.Grant(envelope.GrantClaims{Audience: "billing", Subject: "agent", IssuedAt: now.Unix(), Expiry: now.Add(5 * time.Minute).Unix(),
+			Epoch: "ep_1", Tool: "refund", SchemaDigest: schemaDigest, EffectClass: "money_move", PolicyDigest: "sha256:p"}, recipient)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := g.Seal(&envelope.CallClaims{IssuedAt: now.Unix(), Expiry: now.Add(30 * time.Second).Unix(), ArgsDigest: argsDigest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return http.Header{"X-Capsnap-Envelope": {token}, "X-Capsnap-Grant": {g.Token}}
+	}
 	tests := []struct {
 		name    string
 		header  http.Header
@@ -67,10 +84,16 @@ func TestGuardChecksTheEnvelope(t *testing.T) {
 		{"signed by an unknown key", http.Header{"X-Capsnap-Envelope": {seal(keyB, nil)}}, args, now, string(envelope.Invalid), 0},
 		{"for another server", http.Header{"X-Capsnap-Envelope": {seal(keyA, func(c *envelope.Claims) { c.Audience = "payments" })}}, args, now, string(envelope.Foreign), 0},
 		{"another definition pinned", http.Header{"X-Capsnap-Envelope": {seal(keyA, func(c *envelope.Claims) { c.SchemaDigest = "sha256:other" })}}, args, now, pincheck.Reason, 0},
+		{"under a grant", under(keyA, own), args, now, "", 1},
+		{"under a grant, with other arguments", under(keyA, own), json.RawMessage(`{"order_id":"A-1","amount":500}`), now, string(envelope.Mismatch), 0},
+		{"under a grant, expired", under(keyA, own), args, now.Add(time.Minute), string(envelope.Expired), 0},
+		{"under a grant signed by an unknown key", under(keyB, own), args, now, string(envelope.Invalid), 0},
+		{"under a grant pinning another definition", under(keyA, "sha256:other"), args, now, pincheck.Reason, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := envelope.NewVerifier(envelope.VerifierOptions{Audience: "billing", JWKSFile: jwks, Now: func() time.Time { return tt.at }})
+			v, err := envelope.NewVerifier(envelope.VerifierOptions{Audience: "billing", JWKSFile: jwks, Now: func() time.Time { return tt.at },
+				GrantKeyFiles: []string{filepath.Join("..", "envelope", "testdata", "grant-key-a.pem")}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -68,7 +68,7 @@ func (g *Guard) Wrap(def *mcp.Tool, h mcp.ToolHandler) (mcp.ToolHandler, error) 
 		}
 		pinned, epoch := header.Get(HeaderSchemaDigest), header.Get(HeaderEpoch)
 		if g.verifier != nil {
-			c, err := g.verifier.Verify(header.Get(envelope.Header), envelope.Call{Tool: req.Params.Name, Arguments: req.Params.Arguments})
+			c, err := g.verifier.Verify(envelope.Presented{Envelope: header.Get(envelope.Header), Grant: header.Get(envelope.GrantHeader)}, envelope.Call{Tool: req.Params.Name, Arguments: req.Params.Arguments})
 			if err != nil {
 				var e *envelope.Error
 				if errors.As(err, &e) {

@@ -22,6 +22,23 @@ func envelopeKeys(cfg config.Config) (*envelope.Keys, error) {
 	return k, nil
 }
 
+// grantKeys loads the grant keys of the servers that have one, by
+// server_id.
+func grantKeys(cfg config.Config) (map[string]*envelope.Recipient, error) {
+	out := map[string]*envelope.Recipient{}
+	for i, s := range cfg.Servers {
+		if s.GrantKeyFile == "" {
+			continue
+		}
+		r, err := envelope.LoadRecipient(s.GrantKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("servers[%d].grant_key_file: %w", i, err)
+		}
+		out[s.ID] = r
+	}
+	return out, nil
+}
+
 // serveJWKS publishes the envelope keys' public halves, where verifiers
 // (pincheck's JWKS URL, verifiers/) fetch them. Public keys: no secret is
 // served, so the endpoint needs no protection beyond the admin listener's.

@@ -43,6 +43,8 @@ func TestCommands(t *testing.T) {
 		{"keys jwks without envelope keys", []string{"keys", "jwks", "--config", "testdata/ok.yaml"}, exitFailure, "", "names no envelope.key_files"},
 		{"keys without subcommand", []string{"keys"}, exitUsage, "", "the subcommand jwks is required"},
 		{"check envelope keys", []string{"check", "--config", "testdata/envelope.yaml"}, exitOK, `ok \(1 servers`, ""},
+		{"check a grant key", []string{"check", "--config", "testdata/grant.yaml"}, exitOK, `ok \(1 servers`, ""},
+		{"check a grant key that is not a public key", []string{"check", "--config", "testdata/grant-private-key.yaml"}, exitFailure, "", `servers[0].grant_key_file: envelope: testdata/not-a-public-key.pem: want a PEM "PUBLIC KEY"`},
 		{"policy without subcommand", []string{"policy"}, exitUsage, "", "lint, explain or reload is required"},
 		{"policy lint", []string{"policy", "lint", "testdata/seed-policy.yaml"}, exitOK, `seed-policy.yaml: ok \(policy sha256:[0-9a-f]{64}, 0 warnings\)`, ""},
 		{"policy lint invalid", []string{"policy", "lint", "testdata/broken-policy.yaml"}, exitFailure, "", `unknown effect class "superuser"`},

@@ -65,6 +65,9 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := envelopeKeys(cfg); err != nil {
 		return err
 	}
+	if _, err := grantKeys(cfg); err != nil {
+		return err
+	}
 	if _, err := newHop(cfg, zerolog.Nop()); err != nil {
 		return err
 	}
@@ -83,6 +86,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	log := newLogger(cfg.Log, stderr)
 	keys, err := envelopeKeys(cfg)
+	if err != nil {
+		return err
+	}
+	grants, err := grantKeys(cfg)
 	if err != nil {
 		return err
 	}
@@ -143,6 +150,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		Metrics:          extauthz.NewMetrics(reg),
 		Envelope:         keys,
 		EnvelopeTTL:      cfg.Envelope.TTL,
+		Grants:           grants,
 	})
 	if err != nil {
 		return err

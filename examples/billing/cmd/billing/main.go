@@ -25,10 +25,12 @@ func main() {
 	pin := flag.Bool("pin", true, "refuse, at handler start, calls whose capsnap pin is not the handler's own digest")
 	jwks := flag.String("jwks", "", "with -pin, check capsnap's signed envelope against this JWKS (a file, or an http(s) URL such as capsnap's /.well-known/jwks.json) instead of the plain pin header")
 	serverID := flag.String("server-id", "billing", "this server's server_id: the audience its envelopes must name")
+	var grantKeys stringList
+	flag.Var(&grantKeys, "grant-key", "with -jwks, a grant key (P-256 private key, PEM PKCS #8) to open envelopes under a grant with; repeat during a rotation")
 	flag.Parse()
 	opts := billing.Options{Pin: *pin}
 	if *jwks != "" {
-		o := envelope.VerifierOptions{Audience: *serverID}
+		o := envelope.VerifierOptions{Audience: *serverID, GrantKeyFiles: grantKeys}
 		if strings.HasPrefix(*jwks, "http://") || strings.HasPrefix(*jwks, "https://") {
 			o.JWKSURL = *jwks
 		} else {
@@ -83,3 +85,9 @@ func run(addr, variant string, opts billing.Options) error {
 	}
 	return srv.Close()
 }
+
+// stringList is a flag that may be given several times.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
