@@ -23,28 +23,45 @@ import (
 	"github.com/capsnap/capsnap/testbed"
 )
 
-func envelopeStack(t *testing.T) *testbed.Stack {
+func envelopeStack(t *testing.T, granted bool) *testbed.Stack {
 	t.Helper()
-	return startStackWith(t, func(o *testbed.StackOptions) { o.Envelope = true })
+	return startStackWith(t, func(o *testbed.StackOptions) { o.Envelope, o.Grants = true, granted })
 }
+
+// envelopeModes are the two forms of the envelope (docs/ENVELOPE.md):
+// signed whole per call, and under a grant, for servers with a grant key.
+var envelopeModes = []struct {
+	name    string
+	granted bool
+}{{"signed whole", false}, {"under a grant", true}}
 
 // An allowed call through Envoy carries capsnap's envelope, which pincheck
 // on the Go SDK billing server verifies before the handler runs; the
-// audit line of the call names the envelope.
+// audit line of the call names the envelope, and its grant if under one.
 func TestEnvelopeThroughEnvoy(t *testing.T) {
-	s := envelopeStack(t)
-	c := connect(t, s, "billing", supportAgent, "")
-	c.list(t)
-	before := starts(t, s, "billing", "refund")
-	if r := c.call(t, "refund", refundA100); r != "" {
-		t.Fatalf("refund: %q", r)
-	}
-	if got := starts(t, s, "billing", "refund") - before; got != 1 {
-		t.Fatalf("refund handler ran %d times, want once", got)
-	}
-	_, line := waitDecision(t, s, func(a auditLine) bool { return a.Method == "tools/call" && a.Decision == "allow" })
-	if !strings.Contains(s.Capsnap.Output(), `"envelope":"`) {
-		t.Fatalf("the allowed call's audit line names no envelope: %+v", line)
+	for _, mode := range envelopeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			s := envelopeStack(t, mode.granted)
+			c := connect(t, s, "billing", supportAgent, "")
+			c.list(t)
+			before := starts(t, s, "billing", "refund")
+			for range 2 {
+				if r := c.call(t, "refund", refundA100); r != "" {
+					t.Fatalf("refund: %q", r)
+				}
+			}
+			if got := starts(t, s, "billing", "refund") - before; got != 2 {
+				t.Fatalf("refund handler ran %d times, want twice", got)
+			}
+			_, line := waitDecision(t, s, func(a auditLine) bool { return a.Method == "tools/call" && a.Decision == "allow" })
+			out := s.Capsnap.Output()
+			if !strings.Contains(out, `"envelope":"`) {
+				t.Fatalf("the allowed call's audit line names no envelope: %+v", line)
+			}
+			if grants := strings.Count(out, `"envelope_grant":"`); mode.granted != (grants == 2) {
+				t.Fatalf("%d audit lines name a grant", grants)
+			}
+		})
 	}
 }
 
@@ -102,9 +119,9 @@ func (d *directSession) refusal(t *testing.T, tool string, args map[string]any) 
 }
 
 // checkDirect asks capsnap for a Check as Envoy would, and returns the
-// envelope of the allowed call: one genuine envelope, for the test to
-// replay.
-func checkDirect(t *testing.T, s *testbed.Stack, epoch, body string) string {
+// envelope of the allowed call, and its grant if any: one genuine
+// envelope, for the test to replay.
+func checkDirect(t *testing.T, s *testbed.Stack, epoch, body string) envelope.Presented {
 	t.Helper()
 	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -125,13 +142,19 @@ func checkDirect(t *testing.T, s *testbed.Stack, epoch, body string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var p envelope.Presented
 	for _, h := range resp.GetOkResponse().GetHeaders() {
-		if h.GetHeader().GetKey() == envelope.Header {
-			return h.GetHeader().GetValue()
+		switch h.GetHeader().GetKey() {
+		case envelope.Header:
+			p.Envelope = h.GetHeader().GetValue()
+		case envelope.GrantHeader:
+			p.Grant = h.GetHeader().GetValue()
 		}
 	}
-	t.Fatalf("Check allowed no envelope: %v", resp)
-	return ""
+	if p.Envelope == "" {
+		t.Fatalf("Check allowed no envelope: %v", resp)
+	}
+	return p
 }
 
 // Requests sent straight to the billing server, bypassing Envoy, are
@@ -139,25 +162,30 @@ func checkDirect(t *testing.T, s *testbed.Stack, epoch, body string) string {
 // envelope, a genuine envelope replayed for other arguments, an expired
 // envelope and one signed by a key capsnap does not publish.
 func TestEnvelopeRefusedOffEnvoy(t *testing.T) {
-	s := envelopeStack(t)
-	c := connect(t, s, "billing", supportAgent, "")
-	epoch := c.list(t)
-	own := digestOf(t, "baseline", "refund")
-	d := connectDirect(t, s, "billing")
-	before := starts(t, s, "billing", "refund")
+	for _, mode := range envelopeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			s := envelopeStack(t, mode.granted)
+			c := connect(t, s, "billing", supportAgent, "")
+			epoch := c.list(t)
+			own := digestOf(t, "baseline", "refund")
+			d := connectDirect(t, s, "billing")
+			before := starts(t, s, "billing", "refund")
 
-	refuseOffEnvoy(t, s, d, epoch, own)
-	if got := starts(t, s, "billing", "refund") - before; got != 0 {
-		t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)
+			refuseOffEnvoy(t, s, d, epoch, own, mode.granted)
+			if got := starts(t, s, "billing", "refund") - before; got != 0 {
+				t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)
+			}
+		})
 	}
 }
 
 // refuseOffEnvoy sends d's server, straight, the requests that must be
 // refused before its handler runs: forged x-capsnap-* headers without an
 // envelope, a genuine envelope replayed for other arguments, an expired
-// envelope and one signed by a key capsnap does not publish. own is the
-// schema digest of the server's refund.
-func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own string) {
+// envelope and one signed by a key capsnap does not publish; under a grant
+// if granted (the grant's call key encrypted to the server's grant key,
+// which the stack wrote). own is the schema digest of the server's refund.
+func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own string, granted bool) {
 	t.Helper()
 	d.headers.Set("x-capsnap-schema-digest", own)
 	d.headers.Set("x-capsnap-epoch", epoch)
@@ -165,9 +193,19 @@ func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own
 	if r := d.refusal(t, "refund", refundA100); r != string(envelope.Missing) {
 		t.Errorf("forged headers, no envelope: %q, want %s", r, envelope.Missing)
 	}
+	present := func(p envelope.Presented) {
+		d.headers.Set(envelope.Header, p.Envelope)
+		d.headers.Del(envelope.GrantHeader)
+		if p.Grant != "" {
+			d.headers.Set(envelope.GrantHeader, p.Grant)
+		}
+	}
 
 	genuine := checkDirect(t, s, epoch, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}}}`)
-	d.headers.Set(envelope.Header, genuine)
+	if (genuine.Grant != "") != granted {
+		t.Fatalf("capsnap's envelope: grant %q, want one: %t", genuine.Grant, granted)
+	}
+	present(genuine)
 	if r := d.refusal(t, "refund", map[string]any{"order_id": "A-100", "amount": 249, "reason_code": "duplicate_charge"}); r != string(envelope.Mismatch) {
 		t.Errorf("a genuine envelope replayed for other arguments: %q, want %s", r, envelope.Mismatch)
 	}
@@ -177,18 +215,31 @@ func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own
 		t.Fatal(err)
 	}
 	args, _ := envelope.ArgsDigest(json.RawMessage(`{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`))
-	claims := func() *envelope.Claims {
-		now := time.Now()
-		return &envelope.Claims{Audience: "billing", Subject: supportAgent, IssuedAt: now.Unix(), Expiry: now.Add(30 * time.Second).Unix(),
-			Epoch: epoch, Tool: "refund", SchemaDigest: own, EffectClass: "money_move", PolicyDigest: "sha256:x", ArgsDigest: args}
+	seal := func(k *envelope.Keys, iat, exp time.Time) envelope.Presented {
+		if !granted {
+			token, err := k.Seal(&envelope.Claims{Audience: "billing", Subject: supportAgent, IssuedAt: iat.Unix(), Expiry: exp.Unix(),
+				Epoch: epoch, Tool: "refund", SchemaDigest: own, EffectClass: "money_move", PolicyDigest: "sha256:x", ArgsDigest: args})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return envelope.Presented{Envelope: token}
+		}
+		r, err := envelope.LoadRecipient(testbed.GrantKeyFile(s.Dir(), "billing") + ".pub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := k.Grant(envelope.GrantClaims{Audience: "billing", Subject: supportAgent, IssuedAt: iat.Unix(), Expiry: exp.Unix(),
+			Epoch: epoch, Tool: "refund", SchemaDigest: own, EffectClass: "money_move", PolicyDigest: "sha256:x"}, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := g.Seal(&envelope.CallClaims{IssuedAt: iat.Unix(), Expiry: exp.Unix(), ArgsDigest: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return envelope.Presented{Envelope: token, Grant: g.Token}
 	}
-	expired := claims()
-	expired.IssuedAt, expired.Expiry = time.Now().Add(-2*time.Minute).Unix(), time.Now().Add(-time.Minute).Unix()
-	token, err := keys.Seal(expired)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.headers.Set(envelope.Header, token)
+	present(seal(keys, time.Now().Add(-2*time.Minute), time.Now().Add(-time.Minute)))
 	if r := d.refusal(t, "refund", refundA100); r != string(envelope.Expired) {
 		t.Errorf("an expired envelope: %q, want %s", r, envelope.Expired)
 	}
@@ -201,10 +252,7 @@ func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token, err = other.Seal(claims()); err != nil {
-		t.Fatal(err)
-	}
-	d.headers.Set(envelope.Header, token)
+	present(seal(other, time.Now(), time.Now().Add(30*time.Second)))
 	if r := d.refusal(t, "refund", refundA100); r != string(envelope.Invalid) {
 		t.Errorf("an envelope signed by an unknown key: %q, want %s", r, envelope.Invalid)
 	}
@@ -215,7 +263,7 @@ func refuseOffEnvoy(t *testing.T, s *testbed.Stack, d *directSession, epoch, own
 // billing server, which fetches capsnap's JWKS when an envelope names a
 // key it does not know.
 func TestEnvelopeKeyRotation(t *testing.T) {
-	s := envelopeStack(t)
+	s := envelopeStack(t, false)
 	old, next := s.EnvelopeKey(), filepath.Join(s.Dir(), "envelope-2.pem")
 	if err := testbed.WriteEnvelopeKey(next); err != nil {
 		t.Fatal(err)

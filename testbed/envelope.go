@@ -1,7 +1,9 @@
 package testbed
 
 import (
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
@@ -23,6 +25,32 @@ func WriteEnvelopeKey(path string) error {
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
+
+// WriteGrantKey writes a new P-256 grant key: the private half, PEM PKCS
+// #8, at path, as a verifier's grant key files read it, and the public
+// half at path+".pub", as capsnap's servers[].grant_key_file reads it.
+func WriteGrantKey(path string) error {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("grant key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return fmt.Errorf("grant key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(priv.Public())
+	if err != nil {
+		return fmt.Errorf("grant key: %w", err)
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(path+".pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+// GrantKeyFile is where a stack in dir keeps server id's grant key, with
+// StackOptions.Grants; its public half is that path and ".pub".
+func GrantKeyFile(dir, id string) string { return filepath.Join(dir, "grant-"+id+".pem") }
 
 // EnvelopeKey is the path of the envelope key the stack wrote with
 // StackOptions.Envelope.

@@ -20,6 +20,16 @@ func (s *Stack) writeCapsnapConfigs() error {
 		}
 		s.envelopeKeys = []string{s.EnvelopeKey()}
 	}
+	if s.opts.Grants {
+		for _, id := range Servers {
+			if _, err := os.Stat(GrantKeyFile(s.opts.Dir, id)); err == nil {
+				continue
+			}
+			if err := WriteGrantKey(GrantKeyFile(s.opts.Dir, id)); err != nil {
+				return fmt.Errorf("stack: %w", err)
+			}
+		}
+	}
 	files := map[string]string{"capsnap.yaml": s.capsnapConfig(0, "")}
 	if s.opts.Redis != "" {
 		// Written once: the replicas keep one secret across restarts.

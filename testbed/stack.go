@@ -99,6 +99,11 @@ type StackOptions struct {
 	// a key the stack writes (EnvelopeKey), and the billing servers check
 	// it (pincheck) against the JWKS capsnap serves.
 	Envelope bool
+	// Grants, with Envelope, gives each server a grant key the stack
+	// writes (GrantKeyFile): capsnap then sends envelopes under a grant
+	// (servers[].grant_key_file), and the billing servers open them with
+	// the key (-grant-key).
+	Grants bool
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -184,6 +189,9 @@ func (s *Stack) startServer(ctx context.Context, id, variant string) (*Process, 
 	args := append([]string{"-addr", s.serverAddr(id), "-variant", variant}, s.opts.ServerArgs...)
 	if s.opts.Envelope {
 		args = append(args, "-server-id", id, "-jwks", s.ReplicaAdminURL(0)+"/.well-known/jwks.json")
+		if s.opts.Grants {
+			args = append(args, "-grant-key", GrantKeyFile(s.opts.Dir, id))
+		}
 	}
 	p, err := Start(id, s.opts.Billing, args, s.opts.Tee)
 	if err != nil {
@@ -283,13 +291,19 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 		denials = "denials: " + s.opts.Denials
 	}
 	if servers == "" {
+		grant := func(id string) string {
+			if !s.opts.Grants {
+				return ""
+			}
+			return "\n    grant_key_file: " + GrantKeyFile(s.opts.Dir, id) + ".pub"
+		}
 		servers = fmt.Sprintf(`servers:
   - id: billing
     url: %s/mcp
-    resync_interval: 2s
+    resync_interval: 2s%s
   - id: payments
     url: %s/mcp
-    resync_interval: 2s`, s.ServerURL("billing"), s.ServerURL("payments"))
+    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), s.ServerURL("payments"), grant("payments"))
 	}
 	if len(s.envelopeKeys) > 0 {
 		denials += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
