@@ -14,6 +14,10 @@ import (
 // it with Capsnap.
 const CapsnapEnvelope = "capsnap + envelope"
 
+// CapsnapGrant is capsnap sending envelopes under a grant (the server's
+// servers[].grant_key_file set too), run like CapsnapEnvelope.
+const CapsnapGrant = "capsnap + envelope under a grant"
+
 // The Go benchmarks of the envelope's cost: the allowed Check without and
 // with it (extauthz), and the parts of one seal (envelope).
 const (
@@ -23,6 +27,9 @@ const (
 	BenchSealJOSE         = "BenchmarkSealParts/jose.Sign"
 	BenchSealArgsDigest   = "BenchmarkSealParts/ArgsDigest"
 	BenchSeal             = "BenchmarkSealParts/Seal"
+	BenchCheckGrant       = "BenchmarkCheckEnvelope/grant"
+	BenchGrantMint        = "BenchmarkGrant/Grant"
+	BenchGrantSeal        = "BenchmarkGrant/Seal"
 )
 
 // EnvelopeCost is what the envelope adds to one allowed Check in process:
@@ -37,7 +44,8 @@ func EnvelopeCost(hot []gobench.Result) (off, on gobench.Result, ok bool) {
 func envelopeSection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Signed envelope (issue 16)\n\n")
 	fmt.Fprintf(b, "On every allowed `tools/call` capsnap can sign an envelope for the MCP server (`docs/ENVELOPE.md`): a compact JWS, EdDSA (Ed25519), binding the snapshot's pins, the principal, the digest of the call's arguments and its request id. "+
-		"What it costs the allowed Check, without it (`envelope` unset) and with it (`envelope.key_files`: one Ed25519 key), in process and over gRPC.\n\n")
+		"For a server with a grant key (`servers[].grant_key_file`) the envelope comes under a grant: what is the same for every call of a tool under a snapshot is signed once, in the grant, with a fresh call key encrypted to the server, and each call is bound by an HMAC under that key. "+
+		"What it costs the allowed Check, without it (`envelope` unset), signed whole (`envelope.key_files`: one Ed25519 key) and under a grant (and a P-256 grant key for the server), in process and over gRPC.\n\n")
 
 	fmt.Fprintf(b, "### In process (`BenchmarkCheckEnvelope`, `extauthz`)\n\n")
 	off, on, ok := EnvelopeCost(r.HotPath)
@@ -48,16 +56,32 @@ func envelopeSection(b *strings.Builder, r *Results) {
 		diff := func(unit string) string {
 			return fmt.Sprintf("%+.0f", on.Metrics[unit]-off.Metrics[unit])
 		}
-		table(b, []string{"allowed Check", "per Check", "B/op", "allocs/op"}, [][]string{
+		rows := [][]string{
 			{"envelope off", nsop(off), metric(off, "B/op"), metric(off, "allocs/op")},
 			{"envelope on", nsop(on), metric(on, "B/op"), metric(on, "allocs/op")},
 			{"on − off", signed(time.Duration(on.Metrics["ns/op"] - off.Metrics["ns/op"])), diff("B/op"), diff("allocs/op")},
 			{"on ÷ off", ratioOf(on.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(on.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(on.Metrics["allocs/op"], off.Metrics["allocs/op"])},
-		})
+		}
+		grant, okGrant := gobench.Find(r.HotPath, BenchCheckGrant)
+		if okGrant {
+			rows = append(rows,
+				[]string{"under a grant", nsop(grant), metric(grant, "B/op"), metric(grant, "allocs/op")},
+				[]string{"under a grant − off", signed(time.Duration(grant.Metrics["ns/op"] - off.Metrics["ns/op"])),
+					fmt.Sprintf("%+.0f", grant.Metrics["B/op"]-off.Metrics["B/op"]), fmt.Sprintf("%+.0f", grant.Metrics["allocs/op"]-off.Metrics["allocs/op"])},
+				[]string{"under a grant ÷ off", ratioOf(grant.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(grant.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(grant.Metrics["allocs/op"], off.Metrics["allocs/op"])})
+		}
+		table(b, []string{"allowed Check", "per Check", "B/op", "allocs/op"}, rows)
 		added := on.Metrics["ns/op"] - off.Metrics["ns/op"]
-		fmt.Fprintf(b, "\nThe envelope adds %s and %s allocations to each allowed Check in process (%s → %s).",
+		fmt.Fprintf(b, "\nThe envelope signed whole adds %s and %s allocations to each allowed Check in process (%s → %s).",
 			signed(time.Duration(added)), diff("allocs/op"), nsop(off), nsop(on))
-		fmt.Fprintf(b, " The per-call binding of the arguments and the request (the digest of this call's arguments, its request id, a fresh `jti`) is what the signature covers, so no signature made once per snapshot and tool could stand for it: each allowed call needs a signature of its own.")
+		mint, okMint := gobench.Find(r.HotPath, BenchGrantMint)
+		callSeal, okCallSeal := gobench.Find(r.HotPath, BenchGrantSeal)
+		if okGrant && okMint && okCallSeal {
+			fmt.Fprintf(b, " Under a grant it adds %s (%s → %s): sealing one call's envelope under its grant (`%s`) is %s, and minting the grant (`%s`: the call key, its ECDH-ES encryption to the server, the Ed25519 signature), once per snapshot and tool, %s.",
+				signed(time.Duration(grant.Metrics["ns/op"]-off.Metrics["ns/op"])), nsop(off), nsop(grant),
+				BenchGrantSeal, nsop(callSeal), BenchGrantMint, nsop(mint))
+		}
+		fmt.Fprintf(b, " Signed whole, the signature covers each call's own arguments, request id and `jti`, so each allowed call pays for one.")
 		sign, okSign := gobench.Find(r.HotPath, BenchSealSign)
 		seal, okSeal := gobench.Find(r.HotPath, BenchSeal)
 		digest, okDigest := gobench.Find(r.HotPath, BenchSealArgsDigest)
@@ -86,37 +110,42 @@ func envelopeSection(b *strings.Builder, r *Results) {
 
 	fmt.Fprintf(b, "\n### Over gRPC\n\n")
 	var rows [][]string
-	for _, c := range r.Method.Concurrencies {
-		x, ok1 := r.Run(Capsnap, c)
-		y, ok2 := r.Run(CapsnapEnvelope, c)
-		if !ok1 || !ok2 {
-			continue
+	var summary []string
+	for _, form := range []struct{ server, name string }{{CapsnapEnvelope, "signed whole"}, {CapsnapGrant, "under a grant"}} {
+		var added, through []string
+		for _, c := range r.Method.Concurrencies {
+			x, ok1 := r.Run(Capsnap, c)
+			y, ok2 := r.Run(form.server, c)
+			if !ok1 || !ok2 {
+				continue
+			}
+			rows = append(rows, []string{fmt.Sprint(c), form.name,
+				fmt.Sprintf("%.0f", x.RPS), fmt.Sprintf("%.0f", y.RPS), ratioOf(y.RPS, x.RPS),
+				Dur(x.P50), Dur(y.P50), signed(y.P50 - x.P50),
+				Dur(x.P99), Dur(y.P99), signed(y.P99 - x.P99),
+				Dur(x.CPUPerCheck), Dur(y.CPUPerCheck), signed(y.CPUPerCheck - x.CPUPerCheck)})
+			added = append(added, fmt.Sprintf("%s at c=%d", signed(y.CPUPerCheck-x.CPUPerCheck), c))
+			through = append(through, fmt.Sprintf("%s at c=%d", ratioOf(y.RPS, x.RPS), c))
 		}
-		rows = append(rows, []string{fmt.Sprint(c),
-			fmt.Sprintf("%.0f", x.RPS), fmt.Sprintf("%.0f", y.RPS), ratioOf(y.RPS, x.RPS),
-			Dur(x.P50), Dur(y.P50), signed(y.P50 - x.P50),
-			Dur(x.P99), Dur(y.P99), signed(y.P99 - x.P99),
-			Dur(x.CPUPerCheck), Dur(y.CPUPerCheck), signed(y.CPUPerCheck - x.CPUPerCheck)})
+		if len(added) > 0 {
+			summary = append(summary, fmt.Sprintf("%s, the envelope adds %s of server CPU per allowed Check, and capsnap with it makes %s the Checks per second it makes without",
+				form.name, strings.Join(added, ", "), strings.Join(through, ", ")))
+		}
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(b, "Not run.\n")
 		return
 	}
-	fmt.Fprintf(b, "A second capsnap, the same configuration but for `envelope.key_files` (a fresh Ed25519 key), took its turns with the servers of [Check over gRPC](#check-over-grpc), on its own snapshot of the same catalog, with the same request; "+
-		"before its runs, an allowed Check must carry an `%s` header in its answer, or the benchmark fails. Off is capsnap of that section, on is the second capsnap.\n\n", "x-capsnap-envelope")
-	table(b, []string{"concurrency", "Checks/s off", "Checks/s on", "on ÷ off", "p50 off", "p50 on", "added p50", "p99 off", "p99 on", "added p99", "CPU/Check off", "CPU/Check on", "added CPU/Check"}, rows)
-	var added, through []string
-	for _, c := range r.Method.Concurrencies {
-		x, ok1 := r.Run(Capsnap, c)
-		y, ok2 := r.Run(CapsnapEnvelope, c)
-		if ok1 && ok2 {
-			added = append(added, fmt.Sprintf("%s at c=%d", signed(y.CPUPerCheck-x.CPUPerCheck), c))
-			through = append(through, fmt.Sprintf("%s at c=%d", ratioOf(y.RPS, x.RPS), c))
-		}
-	}
-	fmt.Fprintf(b, "\nOver gRPC the envelope adds %s of server CPU per allowed Check (utime + stime over the turns, good to a clock tick per turn; the in-process figure above is the sharper one), and capsnap with it makes %s the Checks per second it makes without.", strings.Join(added, ", "), strings.Join(through, ", "))
+	fmt.Fprintf(b, "Two more capsnaps, the same configuration but for `envelope.key_files` (a fresh Ed25519 key), and for the second also billing's `grant_key_file` (a fresh P-256 key), took their turns with the servers of [Check over gRPC](#check-over-grpc), each on its own snapshot of the same catalog, with the same request; "+
+		"before their runs, an allowed Check must carry an `%s` header in its answer (and, under a grant, an `%s`), or the benchmark fails. Off is capsnap of that section.\n\n", "x-capsnap-envelope", "x-capsnap-grant")
+	table(b, []string{"concurrency", "envelope", "Checks/s off", "Checks/s on", "on ÷ off", "p50 off", "p50 on", "added p50", "p99 off", "p99 on", "added p99", "CPU/Check off", "CPU/Check on", "added CPU/Check"}, rows)
+	fmt.Fprintf(b, "\nOver gRPC (server CPU is utime + stime over the turns, good to a clock tick per turn; the in-process figures above are the sharper ones): %s.", strings.Join(summary, "; "))
 	if r.EnvelopeHeaderBytes > 0 {
-		fmt.Fprintf(b, " Each allowed answer also carries the envelope's header, %s bytes of JWS in this run.", thousands(r.EnvelopeHeaderBytes))
+		fmt.Fprintf(b, " Each allowed answer also carries the envelope's header, %s bytes of JWS in this run signed whole", thousands(r.EnvelopeHeaderBytes))
+		if r.GrantHeaderBytes > 0 {
+			fmt.Fprintf(b, "; under a grant, %s bytes of envelope and %s of grant", thousands(r.GrantEnvelopeHeaderBytes), thousands(r.GrantHeaderBytes))
+		}
+		fmt.Fprintf(b, ".")
 	}
 	fmt.Fprintf(b, "\n")
 }

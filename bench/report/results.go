@@ -62,8 +62,13 @@ type Results struct {
 	Store Store `json:"store"`
 	// EnvelopeHeaderBytes is the size of the x-capsnap-envelope header on
 	// the allowed Check of capsnap with the envelope on (CapsnapEnvelope).
-	EnvelopeHeaderBytes int      `json:"envelope_header_bytes,omitempty"`
-	Targets             []Target `json:"targets"`
+	EnvelopeHeaderBytes int `json:"envelope_header_bytes,omitempty"`
+	// GrantEnvelopeHeaderBytes and GrantHeaderBytes are the sizes of the
+	// x-capsnap-envelope and x-capsnap-grant headers on the allowed Check
+	// of capsnap with envelopes under a grant (CapsnapGrant).
+	GrantEnvelopeHeaderBytes int      `json:"grant_envelope_header_bytes,omitempty"`
+	GrantHeaderBytes         int      `json:"grant_header_bytes,omitempty"`
+	Targets                  []Target `json:"targets"`
 	// LiveProfile is capsnap's and the floor's CPU profiles under load,
 	// and CPUBreakdown their CPU per Check by part, from those profiles.
 	LiveProfile  *Profile  `json:"live_profile,omitempty"`

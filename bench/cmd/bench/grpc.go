@@ -81,7 +81,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 		return err
 	}
 	done.add(func() { h.stop(billing) })
-	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, false, &done)
+	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, report.Capsnap, &done)
 	if err != nil {
 		return err
 	}
@@ -100,11 +100,15 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	signing, err := h.envelopeTarget(ctx, billingURL, files, &done)
+	signing, err := h.envelopeTarget(ctx, billingURL, report.CapsnapEnvelope, files, &done)
 	if err != nil {
 		return err
 	}
-	targets := []grpcTarget{capsnap, floor, opa, signing}
+	granting, err := h.envelopeTarget(ctx, billingURL, report.CapsnapGrant, files, &done)
+	if err != nil {
+		return err
+	}
+	targets := []grpcTarget{capsnap, floor, opa, signing, granting}
 	for _, c := range concurrencies {
 		runs, err := h.concurrency(ctx, targets, c, files, req)
 		if err != nil {
@@ -122,11 +126,12 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	return err
 }
 
-// capsnapTarget starts capsnap, mints a snapshot with its first Check
-// (tools/list) and checks that it denies what the policy forbids. With
-// envelope, capsnap signs the envelope of every allowed call with a key
-// written for it.
-func (h *harness) capsnapTarget(ctx context.Context, billingURL string, envelope bool, done *cleanups) (grpcTarget, string, error) {
+// capsnapTarget starts capsnap as server (report.Capsnap, or one of the
+// envelope's forms), mints a snapshot with its first Check (tools/list)
+// and checks that it denies what the policy forbids. With an envelope,
+// capsnap signs the envelope of every allowed call with a key written for
+// it; under a grant, billing has a grant key written for it too.
+func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, done *cleanups) (grpcTarget, string, error) {
 	// ghz talks to capsnap directly, with no Envoy and so no response
 	// path: the snapshot the Checks name is minted at the tools/list
 	// Check, from capsnap's view of the catalog.
@@ -134,17 +139,27 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL string, envelope
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
-	name, extra, server := "capsnap-grpc", "discovery: {bind: catalog}\n", report.Capsnap
-	if envelope {
-		key := filepath.Join(h.work, "envelope-key.pem")
+	name, extra, servers := "capsnap-grpc", "discovery: {bind: catalog}\n", ""
+	if server != report.Capsnap {
+		name = "capsnap-grpc-envelope"
+		if server == report.CapsnapGrant {
+			name = "capsnap-grpc-grant"
+		}
+		key := filepath.Join(h.work, name+"-envelope-key.pem")
 		if err := testbed.WriteEnvelopeKey(key); err != nil {
 			return grpcTarget{}, "", err
 		}
-		name, server = "capsnap-grpc-envelope", report.CapsnapEnvelope
 		extra += fmt.Sprintf("envelope: {key_files: [%q]}\n", key)
 	}
+	if server == report.CapsnapGrant {
+		key := filepath.Join(h.work, "billing-grant-key.pem")
+		if err := testbed.WriteGrantKey(key); err != nil {
+			return grpcTarget{}, "", err
+		}
+		servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n    grant_key_file: %q\n", billingURL, key+".pub")
+	}
 	cs, err := h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: "{source: mtls}",
-		policy: policy, extra: extra})
+		policy: policy, extra: extra, servers: servers})
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
@@ -162,18 +177,19 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL string, envelope
 		return grpcTarget{}, "", fmt.Errorf("%s: %w", server, err)
 	}
 	t := grpcTarget{name: server, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs}
-	if !envelope {
+	if server == report.Capsnap {
 		// The live profile is capsnap's and the floor's.
 		t.pprofURL = cs.adminURL
 	}
 	return t, epoch, nil
 }
 
-// envelopeTarget starts the capsnap that signs envelopes, with its own
-// snapshot and request (shared's protoset), and checks that its allowed
-// Check carries an envelope; it records the envelope header's size.
-func (h *harness) envelopeTarget(ctx context.Context, billingURL string, shared ghzInput, done *cleanups) (grpcTarget, error) {
-	t, epoch, err := h.capsnapTarget(ctx, billingURL, true, done)
+// envelopeTarget starts the capsnap that sends envelopes in form server,
+// with its own snapshot and request (shared's protoset), and checks that
+// its allowed Check carries an envelope, and a grant if under one; it
+// records the headers' sizes.
+func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, shared ghzInput, done *cleanups) (grpcTarget, error) {
+	t, epoch, err := h.capsnapTarget(ctx, billingURL, server, done)
 	if err != nil {
 		return t, err
 	}
@@ -187,21 +203,33 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL string, shared 
 	if err != nil {
 		return t, fmt.Errorf("%s: the refund: %w", t.name, err)
 	}
-	n := 0
+	n, g := 0, 0
 	for _, hv := range resp.GetOkResponse().GetHeaders() {
-		if hv.GetHeader().GetKey() == envelope.Header {
+		switch hv.GetHeader().GetKey() {
+		case envelope.Header:
 			n = len(hv.GetHeader().GetValue())
+		case envelope.GrantHeader:
+			g = len(hv.GetHeader().GetValue())
 		}
 	}
 	if n == 0 {
 		return t, fmt.Errorf("%s: an allowed Check carries no %s header", t.name, envelope.Header)
 	}
-	h.results.EnvelopeHeaderBytes = n
+	if granted := server == report.CapsnapGrant; granted != (g > 0) {
+		return t, fmt.Errorf("%s: an allowed Check carries a %s header of %d bytes", t.name, envelope.GrantHeader, g)
+	}
+	file := "check-request-envelope.json"
+	if server == report.CapsnapGrant {
+		h.results.GrantEnvelopeHeaderBytes, h.results.GrantHeaderBytes = n, g
+		file = "check-request-grant.json"
+	} else {
+		h.results.EnvelopeHeaderBytes = n
+	}
 	data, err := protojson.Marshal(t.req)
 	if err != nil {
 		return t, err
 	}
-	in := ghzInput{protoset: shared.protoset, data: filepath.Join(h.o.out, "check-request-envelope.json")}
+	in := ghzInput{protoset: shared.protoset, data: filepath.Join(h.o.out, file)}
 	t.in = &in
 	return t, os.WriteFile(in.data, data, 0o644)
 }
