@@ -69,9 +69,10 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	s, err := testbed.StartStack(ctx, testbed.StackOptions{
 		Capsnap: capsnapBin, Billing: billingBin, Envoy: envoyBin,
 		Ports: testbed.DemoPorts, Dir: dir, Policy: policy, Tee: tee,
-		// capsnap signs every allowed call; the servers check the envelope
-		// against capsnap's JWKS before a handler starts.
-		Envelope: true,
+		// capsnap sends every allowed call an envelope, under a grant
+		// signed once per snapshot and tool; the servers check it against
+		// capsnap's JWKS and their grant key before a handler starts.
+		Envelope: true, Grants: true,
 	})
 	if err != nil {
 		return err
