@@ -12,7 +12,8 @@ after its context is built and before validation, with the request as it
 arrived: ``ctx.method``, the raw ``ctx.params`` (the tool's name and
 arguments as sent, not as a tool function's pydantic model coerced them),
 ``ctx.request_id`` (the JSON-RPC id) and ``ctx.request``, the Starlette
-request whose headers carry the envelope on the HTTP transports. An
+request whose headers carry the envelope (``x-capsnap-envelope``) and the
+grant it is under, if any (``x-capsnap-grant``), on the HTTP transports. An
 ``MCPError`` raised there becomes the JSON-RPC error response.
 
     from mcp.server.mcpserver import MCPServer
@@ -21,18 +22,23 @@ request whose headers carry the envelope on the HTTP transports. An
 
     server = MCPServer("billing")
     ...  # @server.tool() functions
-    guard(server, Verifier("billing", jwks_url="http://capsnap-admin:9002/.well-known/jwks.json"))
+    guard(server, Verifier(
+        "billing",
+        jwks_url="http://capsnap-admin:9002/.well-known/jwks.json",
+        grant_key_files=["/etc/billing/grant-key.pem"],  # if capsnap has its public half
+    ))
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio.to_thread
 from mcp.shared.exceptions import MCPError
 
-from . import CODE_REFUSED, HEADER, Call, EnvelopeError, Verifier, tool_digest
+from . import CODE_REFUSED, GRANT_HEADER, HEADER, Call, EnvelopeError, Verifier, tool_digest
 
 __all__ = ["EnvelopeGuard", "guard"]
 
@@ -68,11 +74,7 @@ class EnvelopeGuard:
         tool = params.get("name") if isinstance(params.get("name"), str) else ""
         arguments = params.get("arguments")
         headers = getattr(ctx.request, "headers", None)
-        token: str | None = None
-        if headers is not None:
-            values = headers.getlist(HEADER) if hasattr(headers, "getlist") else [headers.get(HEADER)]
-            values = [v for v in values if v is not None]
-            token = ", ".join(values) if values else None
+        token, grant = _header(headers, HEADER), _header(headers, GRANT_HEADER)
         try:
             own = None
             for d in await self.definitions(ctx):
@@ -84,11 +86,12 @@ class EnvelopeGuard:
                 request_id=ctx.request_id,
                 schema_digest=own if own is not None else f"(this server lists no tool {tool!r})",
             )
+            verify = functools.partial(self.verifier.verify, token, call, grant=grant)
             if self.verifier.jwks_url is not None:
                 # A JWKS fetch blocks; keep it off the event loop.
-                await anyio.to_thread.run_sync(self.verifier.verify, token, call)
+                await anyio.to_thread.run_sync(verify)
             else:
-                self.verifier.verify(token, call)
+                verify()
         except EnvelopeError as e:
             if self.on_refusal is not None:
                 try:
@@ -101,6 +104,15 @@ class EnvelopeGuard:
                 data={"reason": e.reason, "detail": e.detail, "tool": tool},
             ) from None
         return await call_next(ctx)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    """The request header ``name``; several of it are joined, as one that does not verify."""
+    if headers is None:
+        return None
+    values = headers.getlist(name) if hasattr(headers, "getlist") else [headers.get(name)]
+    values = [v for v in values if v is not None]
+    return ", ".join(values) if values else None
 
 
 def guard(

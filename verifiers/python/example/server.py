@@ -6,6 +6,12 @@ an envelope for exactly that call.
     python example/server.py --addr 127.0.0.1:8081 --server-id billing \\
         --jwks-url http://127.0.0.1:9002/.well-known/jwks.json
     (or --jwks-file FILE, as `capsnap keys jwks --config FILE` prints it)
+    [--grant-key grant-key.pem ...]
+
+With --grant-key (repeatable: several during a rotation), it also takes
+envelopes under a grant (docs/ENVELOPE.md, "Under a grant"): each FILE is a
+P-256 private key, PEM PKCS #8, whose public half is this server's
+servers[].grant_key_file in capsnap's configuration.
 
 It serves MCP at /mcp (stateful: a session begins with initialize), and
 GET /admin/stats: how often each handler started and each refusal reason
@@ -74,9 +80,16 @@ def main() -> None:
     p.add_argument("--server-id", default="billing")
     p.add_argument("--jwks-url")
     p.add_argument("--jwks-file")
+    p.add_argument(
+        "--grant-key",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a grant key (P-256 private key, PEM PKCS #8); repeatable",
+    )
     a = p.parse_args()
     host, _, port = a.addr.rpartition(":")
-    verifier = Verifier(a.server_id, jwks_url=a.jwks_url, jwks_file=a.jwks_file)
+    verifier = Verifier(a.server_id, jwks_url=a.jwks_url, jwks_file=a.jwks_file, grant_key_files=a.grant_key)
     server, _ = build(a.server_id, verifier)
     app = server.streamable_http_app(json_response=True, host=host or "127.0.0.1")
     print(

@@ -1,7 +1,8 @@
 """guard() on a real MCPServer of the pinned SDK over streamable HTTP (the
 example server, as its own process): a call with capsnap's envelope for
-exactly it runs its handler; every other call is refused with JSON-RPC error
--31000 and data.reason before the handler starts."""
+exactly it runs its handler, whether signed whole or under a grant (the
+server holds grant-key-a.pem); every other call is refused with JSON-RPC
+error -31000 and data.reason before the handler starts."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from capsnap_envelope import args_digest, tool_digest  # noqa: E402
-from support import GOLDEN_JWKS, GoldenKey, golden_claims  # noqa: E402
+from support import GOLDEN_JWKS, GRANT_KEY_A, GoldenKey, GrantRecipient, golden_claims, make_grant  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "example", "server.py")
 A, B = GoldenKey("key-a.pem"), GoldenKey("key-b.pem")
+BILLING, PAYMENTS = GrantRecipient("grant-key-a.pub.pem"), GrantRecipient("grant-key-b.pub.pem")
 REFUND = {"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}
 ids = itertools.count(100)
 
@@ -34,12 +36,13 @@ def free_port() -> int:
 
 
 class Server:
-    """The example server, run as `python example/server.py` against the golden JWKS."""
+    """The example server, run as `python example/server.py` against the golden JWKS and grant key."""
 
     def __init__(self) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen(
-            [sys.executable, EXAMPLE, "--addr", self.url[len("http://") :], "--server-id", "billing", "--jwks-file", GOLDEN_JWKS],
+            [sys.executable, EXAMPLE, "--addr", self.url[len("http://") :], "--server-id", "billing", "--jwks-file", GOLDEN_JWKS,
+             "--grant-key", GRANT_KEY_A],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -187,6 +190,47 @@ class GuardTest(unittest.TestCase):
         i = next(ids)
         self.assertEqual(self.refused(s, id=i, tool="wire_transfer", args={}, headers={env: self.envelope(s, id=i, tool="wire_transfer", args={})}), "handler_drift")
         self.assertGreaterEqual(self.srv.stats()["refusals"]["envelope_missing"], 1)
+
+    def test_calls_under_a_grant(self):
+        s = Session(self.srv.url)
+        env, grant = "x-capsnap-envelope", "x-capsnap-grant"
+        now = int(time.time())
+
+        own = tool_digest(s.definition("refund"))
+
+        def granted(to=BILLING, **edits):
+            return make_grant(A, to, lambda c: c.update({"iat": now, "exp": now + 300, "schema_digest": own, **edits}))
+
+        def call(g, id, args=REFUND):
+            return g.seal({"iat": now, "exp": now + 30, "jti": f"jti-{next(ids)}", "args_digest": args_digest(args), "rid": id})
+
+        g = granted()
+        before = self.srv.starts("refund")
+        used = None
+        for _ in range(2):  # one grant, two calls
+            i = next(ids)
+            used = call(g, i)
+            msg = s.rpc("tools/call", {"name": "refund", "arguments": REFUND}, {env: used, grant: g.token}, i)
+            self.assertNotIn("error", msg, msg)
+            self.assertIn("refunded 40 USD on A-100", msg["result"]["content"][0]["text"])
+        self.assertEqual(self.srv.starts("refund"), before + 2)
+        self.assertEqual(self.refused(s, id=i, headers={env: used, grant: g.token}), "envelope_replayed")
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, args={**REFUND, "amount": 250}, headers={env: call(g, i), grant: g.token}), "envelope_mismatch")
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: call(g, i)}), "envelope_invalid")  # the grant missing
+        self.assertEqual(self.refused(s, headers={grant: g.token}), "envelope_missing")
+        i = next(ids)
+        self.assertEqual(self.refused(s, id=i, headers={env: call(g, i), grant: granted().token}), "envelope_invalid")  # another grant
+        i = next(ids)
+        other = granted(to=PAYMENTS)  # the call key encrypted to another server
+        self.assertEqual(self.refused(s, id=i, headers={env: call(other, i), grant: other.token}), "envelope_invalid")
+        i = next(ids)
+        foreign = granted(aud="payments")
+        self.assertEqual(self.refused(s, id=i, headers={env: call(foreign, i), grant: foreign.token}), "envelope_foreign")
+        i = next(ids)
+        drift = granted(schema_digest="sha256:" + "b" * 64)
+        self.assertEqual(self.refused(s, id=i, headers={env: call(drift, i), grant: drift.token}), "handler_drift")
 
     def test_a_refusal_is_a_jsonrpc_error_with_the_documented_data(self):
         s = Session(self.srv.url)
