@@ -80,10 +80,17 @@ type Options struct {
 
 // Store is a cache.Store on Redis.
 type Store struct {
-	o      Options
-	seal   *sealer
-	keys   keys
-	local  *ristretto.Cache[string, *cache.Snapshot]
+	o     Options
+	seal  *sealer
+	keys  keys
+	local *ristretto.Cache[string, *cache.Snapshot]
+	// known are the calls this replica has seen recorded in Redis, by
+	// incarnation, epoch and tool (knownKey). A call's record is never
+	// removed while its snapshot lives, so a sequence rule once seen
+	// satisfied stays satisfied, and a call once seen recorded needs no
+	// second write: the sequence rules of an agent's repeated calls cost
+	// Redis one round trip, not one each.
+	known  *ristretto.Cache[string, struct{}]
 	client atomic.Pointer[rueidis.Client]
 
 	// healthy is false from a failed probe or operation until a probe and
@@ -145,9 +152,15 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	known, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
+		NumCounters: 10 * o.MaxLocal, MaxCost: o.MaxLocal, BufferItems: 64, IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
 	p := o.KeyPrefix
 	s := &Store{
-		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
+		o: o, seal: newSealer(o.Secret), local: local, known: known, done: make(chan struct{}), movedKeys: map[string]time.Time{},
 		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:"},
 		metrics: newMetrics(o.Registerer),
 	}
@@ -167,6 +180,7 @@ func (s *Store) Close() {
 		(*c).Close()
 	}
 	s.local.Close()
+	s.known.Close()
 }
 
 func (s *Store) connect() (rueidis.Client, error) {
@@ -350,8 +364,10 @@ func (s *Store) resync() (*view, error) {
 		v.changed[server][tool] = max(v.changed[server][tool], at)
 	}
 	if old != nil && old.incarnation != inc {
-		// Redis lost what it held: the snapshots kept here went with it.
+		// Redis lost what it held: the snapshots kept here went with it,
+		// and the calls seen recorded (knownKey names the incarnation too).
 		s.local.Clear()
+		s.known.Clear()
 		s.o.Log.Warn().Str("addr", s.o.Addr).Msg("snapshot store has a new incarnation (Redis came back empty): every snapshot is gone, agents list again")
 	}
 	s.view.Store(v)
@@ -620,7 +636,8 @@ func (s *Store) ChangedAt(serverID, tool string) (uint64, error) {
 }
 
 // follows checks the calls a sequence rule needs, and records this one if
-// it follows and its snapshot is stored, in one round trip.
+// it follows and its snapshot is stored, in one round trip: 0 if it does
+// not follow, 1 if it does, 2 if it does and was recorded.
 var follows = rueidis.NewLuaScript(`
 for i = 3, #ARGV do
   if redis.call('SISMEMBER', KEYS[1], ARGV[i]) == 0 then return 0 end
@@ -628,6 +645,7 @@ end
 if ARGV[1] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('SADD', KEYS[1], ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 2
 end
 return 1`)
 
@@ -641,6 +659,9 @@ func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, recor
 	v, c, err := s.current()
 	if err != nil {
 		return false, err
+	}
+	if s.seen(v.incarnation, snap.Epoch, after...) && (!record || s.seen(v.incarnation, snap.Epoch, tool)) {
+		return true, nil
 	}
 	member := ""
 	if record {
@@ -658,5 +679,30 @@ func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, recor
 		s.fail("follows", err)
 		return false, s.unavailable()
 	}
-	return ok == 1, nil
+	if ok == 0 {
+		return false, nil
+	}
+	for _, a := range after {
+		s.known.SetWithTTL(knownKey(v.incarnation, snap.Epoch, a), struct{}{}, 1, keep)
+	}
+	if ok == 2 {
+		s.known.SetWithTTL(knownKey(v.incarnation, snap.Epoch, tool), struct{}{}, 1, keep)
+	}
+	// Visible to the next call at once, as the round trip just made was.
+	s.known.Wait()
+	return true, nil
+}
+
+// seen reports whether every one of tools was seen recorded under epoch.
+func (s *Store) seen(incarnation, epoch string, tools ...string) bool {
+	for _, t := range tools {
+		if _, ok := s.known.Get(knownKey(incarnation, epoch, t)); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func knownKey(incarnation, epoch, tool string) string {
+	return incarnation + "\x00" + epoch + "\x00" + tool
 }

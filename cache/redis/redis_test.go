@@ -175,6 +175,27 @@ func TestHotPathStaysLocal(t *testing.T) {
 	if sent != 1 || after["evalsha"]-before["evalsha"] != 1 {
 		t.Fatalf("a sequence rule sent %d commands to Redis (%d EVALSHA), want one EVALSHA", sent, after["evalsha"]-before["evalsha"])
 	}
+	// Once seen satisfied, on this replica, it is satisfied for good: a
+	// record outlives no snapshot but is never removed from one. The
+	// lookup_order is recorded on the other replica.
+	if ok, err := a.Follows(snap, "lookup_order", nil, true); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	satisfied := func() {
+		t.Helper()
+		if ok, err := b.Follows(snap, "refund", []string{"lookup_order"}, true); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	satisfied()
+	before = commandStats(t, r)
+	for range 100 {
+		satisfied()
+	}
+	after = commandStats(t, r)
+	if n := after["evalsha"] - before["evalsha"]; n != 0 {
+		t.Fatalf("100 calls under a satisfied sequence rule made %d EVALSHA, want 0", n)
+	}
 }
 
 // commands is how many commands Redis has processed.
