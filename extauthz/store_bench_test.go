@@ -3,6 +3,7 @@ package extauthz
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -123,6 +125,26 @@ func mintForRefund(b *testing.B, f *fixture, session string) (*authv3.CheckReque
 	refund := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`)
 	refund.Headers = headers
 	return refund.request(), epoch
+}
+
+// BenchmarkCheckDeployed is BenchmarkCheckAllowed's refund as capsnap runs
+// deployed in replicas: on the Redis store, by a replica that holds the
+// snapshot, with the envelope under a grant to billing (the grant minted
+// by the first Check). Issue 17's in-process target is judged on it.
+func BenchmarkCheckDeployed(b *testing.B) {
+	r := testbed.StartRedis(b)
+	testdata := filepath.Join("..", "envelope", "testdata")
+	keys, err := envelope.LoadKeys(filepath.Join(testdata, "key-a.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	recipient, err := envelope.LoadRecipient(filepath.Join(testdata, "grant-key-a.pub.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchmarkAllowed(b, packFixture(b, discardAudit, onRedis(b, r, newPrefix()), func(o *Options) {
+		o.Envelope, o.Grants = keys, map[string]*envelope.Recipient{"billing": recipient}
+	}))
 }
 
 // BenchmarkSnapshotsRedis mints snapshots of the demo's shape (the support
