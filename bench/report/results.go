@@ -1,5 +1,5 @@
 // Package report holds what one make bench run measured, judges it against
-// issue 7's targets, and renders it: BENCHMARKS.md, the latency chart
+// the targets of issues 17 and 7, and renders it: BENCHMARKS.md, the latency chart
 // (SVG, by hand) and results.json.
 package report
 

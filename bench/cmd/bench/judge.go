@@ -39,7 +39,16 @@ var (
 		report.TargetThroughput: liveProfile,
 		report.TargetP99:        liveProfile,
 		report.TargetCPU:        liveProfile,
+		report.TargetCPUFloor:   liveProfile,
 		report.TargetBudget:     checkProfile,
+		report.TargetDeployed: {
+			what:  "CPU profile of one allowed Check as deployed (BenchmarkCheckDeployed: Redis store, snapshot held, envelope under a grant), its top 20 functions:",
+			bench: "^BenchmarkCheckDeployed$", file: "check-deployed.pprof",
+		},
+		report.TargetDelivery: {
+			what:  "CPU profile of capsnap's part of a tools/list response of 225 tools (BenchmarkDeliver225), its top 20 functions:",
+			bench: "^BenchmarkDeliver225$", file: "deliver-225.pprof",
+		},
 		report.TargetFlat: {
 			what:  "CPU profile of the allowed Check against 100,000 tools, its top 20 functions:",
 			bench: "^BenchmarkCheckCatalogSize$/^tools=100000$", file: "catalog-100000.pprof",

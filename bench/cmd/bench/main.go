@@ -1,7 +1,7 @@
-// Command bench is make bench (issue 7): it measures capsnap against a
+// Command bench is make bench (issues 7 and 17): it measures capsnap against a
 // do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
 // the real Envoy, at scale and on invalidation, judges the figures
-// against the issue's targets, measures what the response path delivers
+// against their targets, measures what the response path delivers
 // and adds to a tools/list (issue 17), and writes BENCHMARKS.md,
 // docs/benchmarks-latency.svg and bench/out/results.json.
 //
