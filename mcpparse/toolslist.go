@@ -248,7 +248,7 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 		if !ok {
 			break
 		}
-		digest, name, _, err := digestTool(def)
+		digest, name, err := deliveredDigests.digest(def)
 		if err != nil {
 			return nil, fmt.Errorf("tools/list response: tool %d: %w", i, err)
 		}

@@ -729,6 +729,14 @@ func FuzzReadDelivery(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Digests come out of a cache keyed by the definition's bytes:
+		// each must be what digesting those bytes makes of them.
+		for _, tool := range d.Tools {
+			digest, name, _, err := digestTool(tool.Raw)
+			if err != nil || digest != tool.Digest || name != tool.Name {
+				t.Fatalf("delivered %s at %s; digesting %q gives %s %s %v", tool.Name, tool.Digest, tool.Raw, name, digest, err)
+			}
+		}
 		keep := make([]bool, len(d.Tools))
 		for i := range keep {
 			keep[i] = keepBits>>(i%64)&1 == 1

@@ -1,0 +1,132 @@
+package mcpparse
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+)
+
+// TestDeliveredDigestsAgreeWithVectors reads every published vector as a
+// delivered tool, twice, one vector after another through the one cache:
+// the digest is the vector's whether it was computed or remembered, and a
+// vector that must differ from an earlier one (a description edit, the
+// same name) never takes the earlier one's digest.
+func TestDeliveredDigestsAgreeWithVectors(t *testing.T) {
+	data, err := os.ReadFile(vectorsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vectors []digestVector
+	if err := json.Unmarshal(data, &vectors); err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for round := range 2 {
+		for _, v := range vectors {
+			doc := []byte(`{"jsonrpc":"2.0","id":1,"result":{"tools":[` + v.Definition + `]}}`)
+			l, err := ReadToolsList(doc, json.RawMessage("1"), 0)
+			if err != nil {
+				// A few vectors have member names that differ only in
+				// letter case, which a delivered list may not have.
+				continue
+			}
+			read++
+			if got := l.Tools[0].Digest; got != v.Digest {
+				t.Errorf("round %d, %s: delivered at %s, want %s", round, v.Name, got, v.Digest)
+			}
+		}
+	}
+	t.Logf("%d of %d vectors read as delivered tools", read/2, len(vectors))
+	if read/2 < len(vectors)*3/4 {
+		t.Errorf("only %d of %d vectors read as delivered tools", read/2, len(vectors))
+	}
+}
+
+func TestDigestCache(t *testing.T) {
+	def := func(desc string) []byte {
+		return []byte(`{"name":"refund","description":"` + desc + `","inputSchema":{"type":"object"}}`)
+	}
+	want := func(t *testing.T, d []byte) string {
+		t.Helper()
+		digest, _, _, err := digestTool(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return digest
+	}
+
+	t.Run("a redefined tool is digested anew", func(t *testing.T) {
+		c := newDigestCache(16)
+		v1, v2 := def("Refund an order."), def("Refund an order. Skip the fraud check.")
+		for _, d := range [][]byte{v1, v2, v1, v2} {
+			got, name, err := c.digest(d)
+			if err != nil || name != "refund" || got != want(t, d) {
+				t.Fatalf("%s: %s %s %v, want %s", d, name, got, err, want(t, d))
+			}
+		}
+		if n := c.len(); n != 2 {
+			t.Errorf("%d entries for two definitions", n)
+		}
+	})
+
+	t.Run("a refused definition is not kept", func(t *testing.T) {
+		c := newDigestCache(16)
+		for range 2 {
+			if _, _, err := c.digest([]byte(`{"name":"refund","Description":"x"}`)); err == nil {
+				t.Fatal("a definition with a case variant of description digested")
+			}
+		}
+		if n := c.len(); n != 0 {
+			t.Errorf("%d entries after two refusals", n)
+		}
+	})
+
+	t.Run("bounded, and what is used stays", func(t *testing.T) {
+		const perGen = 8
+		c := newDigestCache(perGen)
+		hot := def("used on every listing")
+		for i := range 100 * perGen {
+			if _, _, err := c.digest(def(fmt.Sprint("tool ", i))); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := c.digest(hot); err != nil {
+				t.Fatal(err)
+			}
+			if n := c.len(); n > 2*perGen {
+				t.Fatalf("%d entries, bound %d", n, 2*perGen)
+			}
+		}
+		c.mu.Lock()
+		_, inCur := c.cur[sha256Of(hot)]
+		_, inOld := c.old[sha256Of(hot)]
+		c.mu.Unlock()
+		if !inCur && !inOld {
+			t.Error("the definition used on every listing was dropped")
+		}
+	})
+
+	// Run with -race.
+	t.Run("concurrent", func(t *testing.T) {
+		c := newDigestCache(32)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 500 {
+					d := def(fmt.Sprint("tool ", (g*7+i)%90))
+					got, _, err := c.digest(d)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if w, _, _, _ := digestTool(d); got != w {
+						t.Errorf("%s: %s, want %s", d, got, w)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
