@@ -670,20 +670,34 @@ func membersOf(obj []byte) members { return members{data: obj, pos: 1} }
 // next returns the next member's quoted name and its value, both as exact
 // spans of the document.
 func (m *members) next() (name, value []byte, ok bool) {
+	name, at, ok := m.nextName()
+	if !ok {
+		return nil, nil, false
+	}
+	end := skipValue(m.data, at)
+	m.pos = end
+	return name, m.data[at:end], true
+}
+
+// nextName returns the next member's quoted name and the offset in the
+// object of its value, which it leaves unread: the caller reads it and
+// must then set pos just past it. It lets a caller that walks a large
+// value anyway (the tools of a tools/list) find its end in that one walk
+// instead of skipping it first.
+func (m *members) nextName() (name []byte, at int, ok bool) {
 	i := skipSpace(m.data, m.pos)
 	if i < len(m.data) && m.data[i] == ',' {
 		i = skipSpace(m.data, i+1)
 	}
 	if i >= len(m.data) || m.data[i] != '"' {
-		return nil, nil, false
+		return nil, 0, false
 	}
 	end := skipString(m.data, i)
 	name = m.data[i:end]
 	i = skipSpace(m.data, end)
 	i = skipSpace(m.data, i+1) // ':'
-	end = skipValue(m.data, i)
-	m.pos = end
-	return name, m.data[i:end], true
+	m.pos = i
+	return name, i, true
 }
 
 // elements iterates over the elements of a checked array.
@@ -708,7 +722,19 @@ func (e *elements) next() (value []byte, ok bool) {
 }
 
 // trimValue returns the exact span of the one value in a checked document.
+// checkJSON allowed nothing but whitespace after the value, so its end is
+// found from the back; skipping the value would walk it all (a whole
+// tools/list response) once more.
 func trimValue(data []byte) []byte {
 	i := skipSpace(data, 0)
-	return data[i:skipValue(data, i)]
+	j := len(data)
+	for j > i {
+		switch data[j-1] {
+		case ' ', '\t', '\n', '\r':
+			j--
+			continue
+		}
+		break
+	}
+	return data[i:j]
 }

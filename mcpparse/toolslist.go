@@ -69,7 +69,14 @@ func readList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) 
 	if len(resps) != 1 {
 		return nil, fmt.Errorf("tools/list response: %d responses where one must answer id %s", len(resps), excerpt(id))
 	}
-	return readListResponse(doc, resps[0], id)
+	return readListResponse(doc, &resps[0], id)
+}
+
+// answer is a message some client could take for a response, with the
+// members a response is read by, as found by the one walk of its members
+// that responses makes.
+type answer struct {
+	jsonrpc, id, result, errorObj []byte
 }
 
 // responses returns the messages of a checked JSON-RPC document (a message
@@ -79,7 +86,7 @@ func readList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) 
 // (Python's takes the first response on the stream whatever its id,
 // TypeScript's compares ids as numbers, so "1" answers 1), so a tools/list
 // response is read only when it holds exactly one.
-func responses(v []byte) ([][]byte, error) {
+func responses(v []byte) ([]answer, error) {
 	var msgs [][]byte
 	switch v[0] {
 	case '{':
@@ -96,7 +103,7 @@ func responses(v []byte) ([][]byte, error) {
 	default:
 		return nil, fmt.Errorf("a JSON %s, not a JSON-RPC message", jsonType(v))
 	}
-	var out [][]byte
+	var out []answer
 	for _, m := range msgs {
 		if m[0] != '{' {
 			return nil, fmt.Errorf("a batch element is a JSON %s, not a message", jsonType(m))
@@ -105,7 +112,7 @@ func responses(v []byte) ([][]byte, error) {
 		// is refused rather than read one way: the TypeScript and Python
 		// SDKs match names exactly, encoding/json would not.
 		var method []byte
-		answer := false
+		var a answer
 		it := membersOf(m)
 		for {
 			name, val, ok := it.next()
@@ -117,16 +124,22 @@ func responses(v []byte) ([][]byte, error) {
 			switch string(k) {
 			case "method":
 				method = val
-			case "result", "error":
-				answer = true
+			case "jsonrpc":
+				a.jsonrpc = val
+			case "id":
+				a.id = val
+			case "result":
+				a.result = val
+			case "error":
+				a.errorObj = val
 			default:
 				if g, ok := caseVariant(k, messageMembers); ok {
 					return nil, fmt.Errorf("member %s is %q in another letter case", excerpt(k), g)
 				}
 			}
 		}
-		if answer || method == nil || method[0] != '"' {
-			out = append(out, m)
+		if a.result != nil || a.errorObj != nil || method == nil || method[0] != '"' {
+			out = append(out, a)
 		}
 	}
 	return out, nil
@@ -163,28 +176,10 @@ func sameResponseID(rid []byte, id json.RawMessage) (bool, error) {
 	return sameID(rid, id), nil
 }
 
-func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) {
+func readListResponse(doc []byte, resp *answer, id json.RawMessage) (*ToolsList, error) {
 	l := &ToolsList{doc: doc, TTLMs: -1}
-	var result, errObj, rid []byte
-	var version bool
-	it := membersOf(resp)
-	for {
-		name, v, ok := it.next()
-		if !ok {
-			break
-		}
-		var buf [64]byte
-		switch string(nameOf(&buf, name)) {
-		case "jsonrpc":
-			version = string(v) == `"2.0"`
-		case "id":
-			rid = v
-		case "result":
-			result = v
-		case "error":
-			errObj = v
-		}
-	}
+	result, errObj, rid := resp.result, resp.errorObj, resp.id
+	version := string(resp.jsonrpc) == `"2.0"`
 	same := false
 	if rid != nil {
 		var err error
@@ -209,14 +204,23 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 		return nil, fmt.Errorf("tools/list response: result is a JSON %s, not an object", jsonType(result))
 	}
 	var tools []byte
-	it = membersOf(result)
+	it := membersOf(result)
 	for {
-		name, v, ok := it.next()
+		name, at, ok := it.nextName()
 		if !ok {
 			break
 		}
 		var buf [64]byte
 		k := nameOf(&buf, name)
+		if string(k) == "tools" && result[at] == '[' {
+			// The one walk of the tools finds both the definitions and
+			// where the array ends.
+			l.Tools, it.pos = elementsFrom(result, at)
+			tools = result[at:it.pos]
+			continue
+		}
+		it.pos = skipValue(result, at)
+		v := result[at:it.pos]
 		switch string(k) {
 		case "tools":
 			tools = v
@@ -241,24 +245,38 @@ func readListResponse(doc, resp []byte, id json.RawMessage) (*ToolsList, error) 
 		return nil, fmt.Errorf("tools/list response: result.tools is missing or not an array")
 	}
 	l.tools = spanOf(doc, tools)
-	seen := map[string]bool{}
-	el := elementsOf(tools)
-	for i := 0; ; i++ {
-		def, ok := el.next()
-		if !ok {
-			break
-		}
-		digest, name, err := deliveredDigests.digest(def)
-		if err != nil {
+	seen := make(map[string]bool, len(l.Tools))
+	for i := range l.Tools {
+		t := &l.Tools[i]
+		var err error
+		if t.Digest, t.Name, err = deliveredDigests.digest(t.Raw); err != nil {
 			return nil, fmt.Errorf("tools/list response: tool %d: %w", i, err)
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("tools/list response: tool %s is listed twice", excerpt(name))
+		if seen[t.Name] {
+			return nil, fmt.Errorf("tools/list response: tool %s is listed twice", excerpt(t.Name))
 		}
-		seen[name] = true
-		l.Tools = append(l.Tools, DeliveredTool{Name: name, Digest: digest, Raw: def})
+		seen[t.Name] = true
 	}
 	return l, nil
+}
+
+// elementsFrom reads the checked array at data[at:]: a tool for each
+// element, with only its Raw bytes, and the offset just past the array.
+func elementsFrom(data []byte, at int) ([]DeliveredTool, int) {
+	var tools []DeliveredTool
+	i := at + 1
+	for {
+		i = skipSpace(data, i)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		if i >= len(data) || data[i] == ']' {
+			return tools, min(i+1, len(data))
+		}
+		end := skipValue(data, i)
+		tools = append(tools, DeliveredTool{Raw: data[i:end]})
+		i = end
+	}
 }
 
 // resultMembers are the tools/list result members capsnap reads.
@@ -376,7 +394,7 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 				return nil, fmt.Errorf("the stream holds more than one response where one must answer id %s", excerpt(id))
 			}
 			// The event's data is checked and holds this one response.
-			if d.ToolsList, err = readListResponse(e.Data, resps[0], id); err != nil {
+			if d.ToolsList, err = readListResponse(e.Data, &resps[0], id); err != nil {
 				return nil, err
 			}
 			d.event = e
