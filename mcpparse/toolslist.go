@@ -297,37 +297,50 @@ func (l *ToolsList) Rewrite(keep []bool, maxTTLMs int64) []byte {
 		return l.doc
 	}
 	maxTTLMs = max(maxTTLMs, 0)
-	var tools bytes.Buffer
-	tools.WriteByte('[')
+	var buf [20]byte
+	var ttl []byte
+	if l.TTLMs >= 0 && l.TTLMs > maxTTLMs {
+		ttl = strconv.AppendInt(buf[:0], maxTTLMs, 10)
+	}
+	// The kept tools are written straight into one buffer of exactly the
+	// result's size: the delivered list is often a small part of the
+	// server's, and a buffer the size of the server's list (or a second
+	// one for the tools) would be garbage on every listing.
+	size := len(l.doc) - (l.tools.end - l.tools.start) + len("[]")
+	kept := 0
+	for i, t := range l.Tools {
+		if keep[i] {
+			size += len(t.Raw)
+			kept++
+		}
+	}
+	size += max(kept-1, 0) // the commas between them
+	if ttl != nil {
+		size += len(ttl) - (l.ttl.end - l.ttl.start)
+	}
+	out := make([]byte, 0, size)
+	pos := 0
+	if ttl != nil && l.ttl.start < l.tools.start {
+		out = append(append(out, l.doc[:l.ttl.start]...), ttl...)
+		pos = l.ttl.end
+	}
+	out = append(append(out, l.doc[pos:l.tools.start]...), '[')
+	first := true
 	for i, t := range l.Tools {
 		if !keep[i] {
 			continue
 		}
-		if tools.Len() > 1 {
-			tools.WriteByte(',')
+		if !first {
+			out = append(out, ',')
 		}
-		tools.Write(t.Raw)
+		first = false
+		out = append(out, t.Raw...)
 	}
-	tools.WriteByte(']')
-	type edit struct {
-		at   span
-		with []byte
-	}
-	edits := []edit{{l.tools, tools.Bytes()}}
-	if l.TTLMs >= 0 && l.TTLMs > maxTTLMs {
-		e := edit{l.ttl, strconv.AppendInt(nil, maxTTLMs, 10)}
-		if e.at.start < l.tools.start {
-			edits = []edit{e, edits[0]}
-		} else {
-			edits = append(edits, e)
-		}
-	}
-	out := make([]byte, 0, len(l.doc))
-	pos := 0
-	for _, e := range edits {
-		out = append(out, l.doc[pos:e.at.start]...)
-		out = append(out, e.with...)
-		pos = e.at.end
+	out = append(out, ']')
+	pos = l.tools.end
+	if ttl != nil && l.ttl.start > l.tools.start {
+		out = append(append(out, l.doc[pos:l.ttl.start]...), ttl...)
+		pos = l.ttl.end
 	}
 	return append(out, l.doc[pos:]...)
 }

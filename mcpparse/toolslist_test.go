@@ -741,6 +741,9 @@ func FuzzReadDelivery(f *testing.F) {
 		for i := range keep {
 			keep[i] = keepBits>>(i%64)&1 == 1
 		}
+		if doc := d.ToolsList.Rewrite(keep, int64(maxTTL)); !d.Error && len(doc) != cap(doc) {
+			t.Fatalf("Rewrite sized its buffer %d for %d bytes", cap(doc), len(doc))
+		}
 		out := d.Rewrite(keep, int64(maxTTL))
 		checkRewrite(t, ct, body, json.RawMessage(id), d, keep, int64(maxTTL), out)
 	})
