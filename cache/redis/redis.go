@@ -90,8 +90,13 @@ type Store struct {
 	// satisfied stays satisfied, and a call once seen recorded needs no
 	// second write: the sequence rules of an agent's repeated calls cost
 	// Redis one round trip, not one each.
-	known  *ristretto.Cache[string, struct{}]
-	client atomic.Pointer[rueidis.Client]
+	known *ristretto.Cache[string, struct{}]
+	// pointers are the newest-snapshot pointers whose MAC this replica
+	// checked, by key: one read through the client-side cache is the
+	// same bytes until the pointer moves, and needs no second check.
+	pointers  sync.Map // string → checkedPointer
+	nPointers atomic.Int64
+	client    atomic.Pointer[rueidis.Client]
 
 	// healthy is false from a failed probe or operation until a probe and
 	// a resync succeed.
@@ -533,13 +538,28 @@ func (s *Store) byPointer(key string, now bool) (*cache.Snapshot, bool, error) {
 		s.fail("get", err)
 		return nil, false, s.unavailable()
 	}
+	if p, ok := s.pointers.Load(key); ok {
+		if p := p.(checkedPointer); p.incarnation == v.incarnation && p.raw == raw {
+			return s.byEpoch(v, c, p.epoch)
+		}
+	}
 	epoch, ok := s.seal.openPointer(v.incarnation, key, raw)
 	if !ok {
 		s.rejected(kindLatest, key)
 		return nil, false, nil
 	}
+	// Bounded like the snapshots kept here; past it, it starts over.
+	if s.nPointers.Add(1) > s.o.MaxLocal {
+		s.pointers.Clear()
+		s.nPointers.Store(0)
+	}
+	s.pointers.Store(key, checkedPointer{v.incarnation, raw, epoch})
 	return s.byEpoch(v, c, epoch)
 }
+
+// checkedPointer is a pointer record whose MAC verified, and the epoch it
+// names.
+type checkedPointer struct{ incarnation, raw, epoch string }
 
 // invalidate writes the sequence and the changed tools' records at once,
 // if the sequence is still the one read: a compare-and-set, because the
