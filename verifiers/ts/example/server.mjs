@@ -6,6 +6,9 @@
 //   node example/server.mjs --addr 127.0.0.1:8081 --server-id billing \
 //        --jwks-url http://127.0.0.1:9002/.well-known/jwks.json
 //   (or --jwks-file FILE, as `capsnap keys jwks --config FILE` prints it)
+//   [--grant-key grant-key.pem]  (the private half of the key capsnap's
+//   servers[].grant_key_file names, to take envelopes under a grant;
+//   repeatable, or a comma list, during a rotation)
 //
 // It serves MCP at /mcp (stateful: a session begins with initialize), and
 // GET /admin/stats: how often each handler started and each refusal
@@ -27,10 +30,13 @@ import { createVerifier, guardServer } from '../src/index.js';
  * @param {string} o.serverId the server_id capsnap knows this server by: the envelope's audience
  * @param {string} [o.jwksUrl]
  * @param {string} [o.jwksFile]
+ * @param {string[]} [o.grantKeyFiles] the server's grant keys (P-256, PEM PKCS #8), to take envelopes under a grant
  * @param {() => number} [o.now] the verifier's clock, in ms
  */
 export async function startServer(o) {
-  const verifier = createVerifier({ audience: o.serverId, jwksUrl: o.jwksUrl, jwksFile: o.jwksFile, now: o.now });
+  const verifier = createVerifier({
+    audience: o.serverId, jwksUrl: o.jwksUrl, jwksFile: o.jwksFile, grantKeyFiles: o.grantKeyFiles, now: o.now,
+  });
   const stats = { server_id: o.serverId, handler_starts: {}, refusals: {} };
   const started = tool => { stats.handler_starts[tool] = (stats.handler_starts[tool] ?? 0) + 1; };
 
@@ -141,12 +147,15 @@ if (import.meta.url === pathToFileURL(process.argv[1]).href) {
       'server-id': { type: 'string', default: 'billing' },
       'jwks-url': { type: 'string' },
       'jwks-file': { type: 'string' },
+      'grant-key': { type: 'string', multiple: true, default: [] },
     },
   });
+  const grantKeyFiles = values['grant-key'].flatMap(v => v.split(',')).map(f => f.trim()).filter(Boolean);
   const s = await startServer({
-    addr: values.addr, serverId: values['server-id'], jwksUrl: values['jwks-url'], jwksFile: values['jwks-file'],
+    addr: values.addr, serverId: values['server-id'], jwksUrl: values['jwks-url'], jwksFile: values['jwks-file'], grantKeyFiles,
   });
-  console.error(`capsnap example MCP server (TypeScript SDK) ${values['server-id']} at ${s.url}/mcp, guarded by the envelope verifier`);
+  const grants = grantKeyFiles.length ? `, taking envelopes under a grant (${grantKeyFiles.length} grant key${grantKeyFiles.length === 1 ? '' : 's'})` : '';
+  console.error(`capsnap example MCP server (TypeScript SDK) ${values['server-id']} at ${s.url}/mcp, guarded by the envelope verifier${grants}`);
   const stop = () => s.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

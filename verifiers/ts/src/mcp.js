@@ -13,10 +13,12 @@
 // (zod strips unknown members, fills defaults), not the arguments capsnap
 // saw. Here the check sees the request as it arrived: the tool's name, its
 // raw arguments, the JSON-RPC id (extra.requestId) and the HTTP headers
-// (extra.requestInfo.headers, which the streamable HTTP transport fills).
+// (extra.requestInfo.headers, which the streamable HTTP transport fills):
+// x-capsnap-envelope, and x-capsnap-grant when capsnap sent the envelope
+// under a grant.
 
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { CODE_REFUSED, EnvelopeError, HEADER, toolDigest } from './envelope.js';
+import { CODE_REFUSED, EnvelopeError, GRANT_HEADER, HEADER, toolDigest } from './envelope.js';
 
 const GUARDED = Symbol.for('capsnap.envelope.guarded');
 
@@ -40,7 +42,7 @@ const GUARDED = Symbol.for('capsnap.envelope.guarded');
  *
  * @param {import('@modelcontextprotocol/sdk/server/mcp.js').McpServer | import('@modelcontextprotocol/sdk/server/index.js').Server} server
  *   an McpServer, or a low-level Server with tools/list and tools/call handlers
- * @param {{verify: (token: string | undefined, call: import('./envelope.js').Call) => Promise<import('./envelope.js').Claims>}} verifier
+ * @param {{verify: (presented: import('./envelope.js').Presented, call: import('./envelope.js').Call) => Promise<import('./envelope.js').Claims>}} verifier
  *   from createVerifier
  * @param {GuardOptions} [options]
  */
@@ -84,10 +86,9 @@ export function guardServer(server, verifier, options = {}) {
   const guarded = async (request, extra) => {
     const params = request?.params ?? {};
     const tool = typeof params.name === 'string' ? params.name : '';
-    const raw = extra?.requestInfo?.headers?.[HEADER];
-    const token = Array.isArray(raw) ? (raw.length === 1 ? raw[0] : raw.join(', ')) : raw;
+    const headers = extra?.requestInfo?.headers;
     try {
-      const claims = await verifier.verify(token, {
+      const claims = await verifier.verify({ envelope: header(headers, HEADER), grant: header(headers, GRANT_HEADER) }, {
         tool,
         arguments: params.arguments,
         requestId: extra?.requestId,
@@ -113,4 +114,15 @@ export function guardServer(server, verifier, options = {}) {
   };
   guarded[GUARDED] = true;
   handlers.set('tools/call', guarded);
+}
+
+/**
+ * The request header name (lower case, as Node gives them); several of it
+ * are joined, as one that does not verify.
+ * @param {Record<string, string | string[] | undefined> | undefined} headers
+ * @param {string} name
+ */
+function header(headers, name) {
+  const raw = headers?.[name];
+  return Array.isArray(raw) ? (raw.length === 1 ? raw[0] : raw.join(', ')) : raw;
 }
