@@ -6,8 +6,10 @@ package e2e
 // (verifiers/ts, verifiers/python), each guarding a real MCP server on that
 // SDK (their example servers: McpServer of @modelcontextprotocol/sdk, and
 // MCPServer of the mcp package), run as both of the stack's servers behind
-// the real Envoy, with capsnap signing envelopes (StackOptions.Envelope)
-// and the servers fetching capsnap's JWKS from its admin listener.
+// the real Envoy, with capsnap signing envelopes (StackOptions.Envelope),
+// whole or under a grant (StackOptions.Grants, each server holding its
+// grant key), and the servers fetching capsnap's JWKS from its admin
+// listener.
 //
 // Through Envoy an allowed call is verified and its handler runs; sent
 // straight to the server, forged x-capsnap-* headers without an envelope,
@@ -39,8 +41,8 @@ import (
 type verifierServer struct {
 	name string
 	// command runs the server as server id on addr, checking envelopes
-	// against the JWKS at jwks.
-	command func(id, addr, jwks string) (string, []string)
+	// against the JWKS at jwks, and opening grants with grantKey if set.
+	command func(id, addr, jwks, grantKey string) (string, []string)
 }
 
 // verifierServers are the TypeScript and Python example servers; a missing
@@ -71,24 +73,36 @@ func verifierServers(t *testing.T) []verifierServer {
 		t.Fatalf("the Python verifier's packages are not importable by %s: %v\n%s%s", python, err, out, how)
 	}
 	return []verifierServer{
-		{"typescript", func(id, addr, jwks string) (string, []string) {
-			return node, []string{filepath.Join(ts, "example", "server.mjs"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}
+		{"typescript", func(id, addr, jwks, grantKey string) (string, []string) {
+			return node, withGrantKey([]string{filepath.Join(ts, "example", "server.mjs"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}, grantKey)
 		}},
-		{"python", func(id, addr, jwks string) (string, []string) {
-			return python, []string{filepath.Join(root, "verifiers", "python", "example", "server.py"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}
+		{"python", func(id, addr, jwks, grantKey string) (string, []string) {
+			return python, withGrantKey([]string{filepath.Join(root, "verifiers", "python", "example", "server.py"), "--addr", addr, "--server-id", id, "--jwks-url", jwks}, grantKey)
 		}},
 	}
 }
 
-// verifierStack runs the stack with capsnap signing envelopes and srv as
-// both of its servers.
-func verifierStack(t *testing.T, srv verifierServer) *testbed.Stack {
+func withGrantKey(args []string, grantKey string) []string {
+	if grantKey == "" {
+		return args
+	}
+	return append(args, "--grant-key", grantKey)
+}
+
+// verifierStack runs the stack with capsnap signing envelopes, under a
+// grant if granted, and srv as both of its servers.
+func verifierStack(t *testing.T, srv verifierServer, granted bool) *testbed.Stack {
 	t.Helper()
 	return startStackWith(t, func(o *testbed.StackOptions) {
-		o.Envelope = true
+		o.Envelope, o.Grants = true, granted
 		jwks := fmt.Sprintf("http://127.0.0.1:%d/.well-known/jwks.json", o.Ports.Admin)
+		dir := o.Dir
 		o.ServerCommand = func(id, addr string) (string, []string, []string) {
-			bin, args := srv.command(id, addr, jwks)
+			grantKey := ""
+			if granted {
+				grantKey = testbed.GrantKeyFile(dir, id)
+			}
+			bin, args := srv.command(id, addr, jwks, grantKey)
 			return bin, args, nil
 		}
 	})
@@ -119,58 +133,62 @@ func serverStats(t *testing.T, s *testbed.Stack, id string) verifierStats {
 
 func TestEnvelopeSDKVerifiers(t *testing.T) {
 	for _, srv := range verifierServers(t) {
-		t.Run(srv.name, func(t *testing.T) {
-			s := verifierStack(t, srv)
+		for _, mode := range envelopeModes {
+			t.Run(srv.name+"/"+mode.name, func(t *testing.T) { testSDKVerifier(t, srv, mode.granted) })
+		}
+	}
+}
 
-			// Through Envoy: an allowed call carries capsnap's envelope,
-			// which the SDK's verifier checks before the handler runs.
-			c := connect(t, s, "billing", supportAgent, "")
-			epoch := c.list(t)
-			before := starts(t, s, "billing", "refund")
-			if r := c.call(t, "refund", refundA100); r != "" {
-				t.Fatalf("refund through Envoy: %q", r)
-			}
-			if got := starts(t, s, "billing", "refund") - before; got != 1 {
-				t.Fatalf("refund's handler ran %d times for one allowed call, want once", got)
-			}
-			if r := c.call(t, "lookup_order", map[string]any{"order_id": "A-100"}); r != "" {
-				t.Fatalf("lookup_order through Envoy: %q", r)
-			}
-			if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
-				t.Fatalf("the %s verifier refused calls capsnap allowed: %v", srv.name, st.Refusals)
-			}
+func testSDKVerifier(t *testing.T, srv verifierServer, granted bool) {
+	s := verifierStack(t, srv, granted)
 
-			// Straight to the server, bypassing Envoy.
-			d := connectDirect(t, s, "billing")
-			tools, err := d.ListTools(context.Background(), nil)
-			if err != nil {
+	// Through Envoy: an allowed call carries capsnap's envelope,
+	// which the SDK's verifier checks before the handler runs.
+	c := connect(t, s, "billing", supportAgent, "")
+	epoch := c.list(t)
+	before := starts(t, s, "billing", "refund")
+	if r := c.call(t, "refund", refundA100); r != "" {
+		t.Fatalf("refund through Envoy: %q", r)
+	}
+	if got := starts(t, s, "billing", "refund") - before; got != 1 {
+		t.Fatalf("refund's handler ran %d times for one allowed call, want once", got)
+	}
+	if r := c.call(t, "lookup_order", map[string]any{"order_id": "A-100"}); r != "" {
+		t.Fatalf("lookup_order through Envoy: %q", r)
+	}
+	if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
+		t.Fatalf("the %s verifier refused calls capsnap allowed: %v", srv.name, st.Refusals)
+	}
+
+	// Straight to the server, bypassing Envoy.
+	d := connectDirect(t, s, "billing")
+	tools, err := d.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ""
+	for _, tl := range tools.Tools {
+		if tl.Name == "refund" {
+			if own, err = pincheck.Digest(tl); err != nil {
 				t.Fatal(err)
 			}
-			own := ""
-			for _, tl := range tools.Tools {
-				if tl.Name == "refund" {
-					if own, err = pincheck.Digest(tl); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if own == "" {
-				t.Fatalf("the %s server lists no refund tool", srv.name)
-			}
-			before = starts(t, s, "billing", "refund")
-
-			refuseOffEnvoy(t, s, d, epoch, own)
-
-			if got := starts(t, s, "billing", "refund") - before; got != 0 {
-				t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)
-			}
-			st := serverStats(t, s, "billing")
-			for _, r := range []envelope.Reason{envelope.Missing, envelope.Mismatch, envelope.Expired, envelope.Invalid} {
-				if st.Refusals[string(r)] < 1 {
-					t.Errorf("the %s server counted no %s refusal: %v", srv.name, r, st.Refusals)
-				}
-			}
-			t.Logf("%s: the allowed call ran; refused off Envoy: %v", srv.name, st.Refusals)
-		})
+		}
 	}
+	if own == "" {
+		t.Fatalf("the %s server lists no refund tool", srv.name)
+	}
+	before = starts(t, s, "billing", "refund")
+
+	refuseOffEnvoy(t, s, d, epoch, own, granted)
+
+	if got := starts(t, s, "billing", "refund") - before; got != 0 {
+		t.Fatalf("refund's handler ran %d times for requests that bypassed Envoy", got)
+	}
+	st := serverStats(t, s, "billing")
+	for _, r := range []envelope.Reason{envelope.Missing, envelope.Mismatch, envelope.Expired, envelope.Invalid} {
+		if st.Refusals[string(r)] < 1 {
+			t.Errorf("the %s server counted no %s refusal: %v", srv.name, r, st.Refusals)
+		}
+	}
+	t.Logf("%s: the allowed call ran; refused off Envoy: %v", srv.name, st.Refusals)
 }
