@@ -74,9 +74,46 @@ func readList(doc []byte, id json.RawMessage, maxDepth int) (*ToolsList, error) 
 
 // answer is a message some client could take for a response, with the
 // members a response is read by, as found by the one walk of its members
-// that responses makes.
+// that responses makes. A tools/list response is mostly its tools, so
+// that walk reads an object result as a tools/list result (list) instead
+// of skipping it, and readListResponse then reads what it found: walking
+// the document is, once digests are remembered, most of reading it.
 type answer struct {
 	jsonrpc, id, result, errorObj []byte
+	list                          listResult
+}
+
+// listResult is an object result, walked once as a tools/list result: its
+// members in order, but for an array "tools", which is kept with its
+// elements (each a DeliveredTool with only its Raw bytes). Nothing in it
+// is validated yet.
+type listResult struct {
+	members []member
+	tools   []byte
+	defs    []DeliveredTool
+}
+
+type member struct{ name, value []byte }
+
+// readResult walks the checked object that starts at data[at] and returns
+// its listResult and the offset just past it.
+func readResult(data []byte, at int) (listResult, int) {
+	var r listResult
+	it := members{data: data, pos: at + 1}
+	for {
+		name, vat, ok := it.nextName()
+		if !ok {
+			break
+		}
+		if data[vat] == '[' && stringIs(name, "tools") {
+			r.defs, it.pos = elementsFrom(data, vat)
+			r.tools = data[vat:it.pos]
+			continue
+		}
+		it.pos = skipValue(data, vat)
+		r.members = append(r.members, member{name, data[vat:it.pos]})
+	}
+	return r, min(skipSpace(data, it.pos)+1, len(data))
 }
 
 // responses returns the messages of a checked JSON-RPC document (a message
@@ -115,12 +152,19 @@ func responses(v []byte) ([]answer, error) {
 		var a answer
 		it := membersOf(m)
 		for {
-			name, val, ok := it.next()
+			name, at, ok := it.nextName()
 			if !ok {
 				break
 			}
 			var buf [64]byte
 			k := nameOf(&buf, name)
+			if string(k) == "result" && m[at] == '{' {
+				a.list, it.pos = readResult(m, at)
+				a.result = m[at:it.pos]
+				continue
+			}
+			it.pos = skipValue(m, at)
+			val := m[at:it.pos]
 			switch string(k) {
 			case "method":
 				method = val
@@ -203,24 +247,11 @@ func readListResponse(doc []byte, resp *answer, id json.RawMessage) (*ToolsList,
 	case result[0] != '{':
 		return nil, fmt.Errorf("tools/list response: result is a JSON %s, not an object", jsonType(result))
 	}
-	var tools []byte
-	it := membersOf(result)
-	for {
-		name, at, ok := it.nextName()
-		if !ok {
-			break
-		}
+	tools := resp.list.tools
+	l.Tools = resp.list.defs
+	for _, m := range resp.list.members {
 		var buf [64]byte
-		k := nameOf(&buf, name)
-		if string(k) == "tools" && result[at] == '[' {
-			// The one walk of the tools finds both the definitions and
-			// where the array ends.
-			l.Tools, it.pos = elementsFrom(result, at)
-			tools = result[at:it.pos]
-			continue
-		}
-		it.pos = skipValue(result, at)
-		v := result[at:it.pos]
+		k, v := nameOf(&buf, m.name), m.value
 		switch string(k) {
 		case "tools":
 			tools = v
