@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/capsnap/capsnap/catalog"
+	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
@@ -165,8 +166,12 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 		grpcLis.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	// A tools/list response reaches ext_proc whole, in one message.
-	gs := grpc.NewServer(append(hop.grpcOptions(), grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10))...)
+	// A tools/list response reaches ext_proc whole, in one message. A
+	// CheckRequest is decoded into only what the decision reads
+	// (checkcodec); every other message as gRPC decodes it.
+	gs := grpc.NewServer(append(hop.grpcOptions(),
+		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
+		grpc.ForceServerCodecV2(checkcodec.Codec{}))...)
 	authv3.RegisterAuthorizationServer(gs, srv)
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
