@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
@@ -924,61 +921,6 @@ func TestDeliverAuditAndMetrics(t *testing.T) {
 	if got := testutil.ToFloat64(f.metrics.minted.WithLabelValues("billing")); got != 1 {
 		t.Errorf("snapshots_minted_total{billing} = %v, want 1", got)
 	}
-}
-
-// BenchmarkDeliver225 delivers a 225-tool list of which the principal is
-// granted 12: the cost of reading, minting and rewriting it, and how much
-// smaller the delivered list is than the server's.
-func BenchmarkDeliver225(b *testing.B) {
-	const total, granted = 225, 12
-	dir := b.TempDir()
-	defs := make([]string, total)
-	var tools, grants strings.Builder
-	for i := range defs {
-		defs[i] = fmt.Sprintf(`{"name":"tool_%03d","description":"Tool %d of a large server: it does one thing to an order and says what it did.","inputSchema":{"type":"object","properties":{"order_id":{"type":"string","description":"The order."},"note":{"type":"string","maxLength":500},"limit":{"type":"integer","minimum":1,"maximum":100}},"required":["order_id"]},"annotations":{"readOnlyHint":true}}`, i, i)
-		fmt.Fprintf(&tools, "  - {server: billing, tool: tool_%03d, effect: read}\n", i)
-		if i%(total/granted) == 0 && i/(total/granted) < granted {
-			if grants.Len() > 0 {
-				grants.WriteString(", ")
-			}
-			fmt.Fprintf(&grants, "tool_%03d", i)
-		}
-	}
-	catalogPath := filepath.Join(dir, "catalog.json")
-	if err := os.WriteFile(catalogPath, []byte(`{"tools":[`+strings.Join(defs, ",")+`]}`), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	policyPath := filepath.Join(dir, "policy.yaml")
-	pol := "tools:\n" + tools.String() + "principals:\n  - id: " + support + "\n    grants:\n      - {server: billing, tools: [" + grants.String() + "]}\n"
-	if err := os.WriteFile(policyPath, []byte(pol), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	// Room for every snapshot the benchmark mints, on the fixture's clock.
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 200_000, Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(store.Close)
-	f := newFixture(b, discardAudit, func(o *Options) { o.Rules = mustRules(b, policyPath); o.Snapshots = store })
-	f.billing.push(b, catalogPath, nil)
-
-	ticket := f.ticket(b, support, listBody)
-	body := listResponse(`"l"`, "", defs...)
-	out := f.Deliver(ticket, okJSON, body)
-	if out.Fail != nil || len(out.Withheld) != total-granted || len(deliveredNames(b, out.Body)) != granted {
-		b.Fatalf("fail %v, %d withheld, %d delivered", out.Fail, len(out.Withheld), len(deliveredNames(b, out.Body)))
-	}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		out = f.Deliver(ticket, okJSON, body)
-		if out.Fail != nil {
-			b.Fatal(out.Fail)
-		}
-	}
-	b.ReportMetric(float64(len(body)), "unfiltered-bytes")
-	b.ReportMetric(float64(len(out.Body)), "delivered-bytes")
-	b.ReportMetric(float64(len(out.Body))/float64(len(body)), "delivered/unfiltered")
 }
 
 // A response whose status capsnap never learned (Envoy's ext_proc
