@@ -11,7 +11,6 @@
 package envelope
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -25,7 +24,6 @@ import (
 	"os"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/gowebpki/jcs"
 )
 
 // Header is the request header that carries the envelope.
@@ -58,19 +56,24 @@ type Claims struct {
 }
 
 // ArgsDigest is the digest an envelope binds a call's arguments by: SHA-256
-// of their RFC 8785 canonical form, "{}" when the call has none. Canonical,
-// not the bytes as sent: an SDK hands a handler its arguments parsed, and
-// capsnap refuses every body two parsers could read differently.
+// of their RFC 8785 canonical form, "{}" when the call has none (empty,
+// only JSON whitespace, or null). Canonical, not the bytes as sent: an SDK
+// hands a handler its arguments parsed, and capsnap refuses every body two
+// parsers could read differently. The canonical form is written by
+// canonical.go into a pooled buffer; it is byte for byte jcs.Transform's.
 func ArgsDigest(args json.RawMessage) (string, error) {
-	canonical := []byte("{}")
-	if len(bytes.TrimSpace(args)) > 0 && !bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
-		var err error
-		if canonical, err = jcs.Transform(args); err != nil {
-			return "", fmt.Errorf("envelope: canonicalize arguments: %w", err)
-		}
+	c := canonPool.Get().(*canon)
+	defer c.release()
+	var err error
+	if c.out, err = canonicalArgs(c, c.out[:0], args); err != nil {
+		return "", fmt.Errorf("envelope: canonicalize arguments: %w", err)
 	}
-	sum := sha256.Sum256(canonical)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	sum := sha256.Sum256(c.out)
+	const prefix = "sha256:"
+	var digest [len(prefix) + 2*sha256.Size]byte
+	copy(digest[:], prefix)
+	hex.Encode(digest[len(prefix):], sum[:])
+	return string(digest[:]), nil
 }
 
 // Keys are capsnap's signing keys: the first signs, and every one is
