@@ -186,6 +186,11 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	case len(body) > s.maxResponse:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %d bytes, over discovery.max_response_bytes %d", len(body), s.maxResponse)
 	}
+	// Every delivered tool's digest is needed, withheld or not: a tool
+	// capsnap cannot digest makes the whole list one it cannot vouch for.
+	// ReadDelivery remembers digests by the definition's bytes
+	// (mcpparse/digestcache.go), so an unchanged server's list costs a
+	// strict check and a hash per tool, not a canonicalization (issue 17).
 	resp, err := mcpparse.ReadDelivery(head.ContentType, body, l.ID, s.limits.MaxDepth)
 	if err != nil {
 		return deny.Errorf(deny.MalformedResponse, "%v", err)
