@@ -23,9 +23,8 @@ type digestVector struct {
 
 const vectorsFile = "testdata/digest/vectors.json"
 
-// TestDigestVectors recomputes every vector; -update rewrites the canonical
-// forms and digests (never the definitions or the relations).
-func TestDigestVectors(t *testing.T) {
+func readVectors(t *testing.T) []digestVector {
+	t.Helper()
 	data, err := os.ReadFile(vectorsFile)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +33,13 @@ func TestDigestVectors(t *testing.T) {
 	if err := json.Unmarshal(data, &vectors); err != nil {
 		t.Fatal(err)
 	}
+	return vectors
+}
+
+// TestDigestVectors recomputes every vector; -update rewrites the canonical
+// forms and digests (never the definitions or the relations).
+func TestDigestVectors(t *testing.T) {
+	vectors := readVectors(t)
 	byName := map[string]*digestVector{}
 	for i := range vectors {
 		v := &vectors[i]

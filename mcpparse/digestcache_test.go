@@ -3,7 +3,6 @@ package mcpparse
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 )
@@ -14,14 +13,7 @@ import (
 // vector that must differ from an earlier one (a description edit, the
 // same name) never takes the earlier one's digest.
 func TestDeliveredDigestsAgreeWithVectors(t *testing.T) {
-	data, err := os.ReadFile(vectorsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vectors []digestVector
-	if err := json.Unmarshal(data, &vectors); err != nil {
-		t.Fatal(err)
-	}
+	vectors := readVectors(t)
 	read := 0
 	for round := range 2 {
 		for _, v := range vectors {
