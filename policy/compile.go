@@ -196,6 +196,9 @@ func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRul
 		if err != nil {
 			return nil, err
 		}
+		if !o.granted {
+			o.notGranted = fmt.Sprintf(" (rule %s) is not granted %s/%s: %s", r.name, k.server, k.tool, o.why)
+		}
 		r.outcomes[k] = o
 		if o.granted {
 			r.allowed[k.server] = append(r.allowed[k.server], k.tool)

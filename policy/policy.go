@@ -93,6 +93,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"go.yaml.in/yaml/v3"
 
@@ -240,8 +241,10 @@ type outcome struct {
 	decision Decision
 	// grant is the grant that decided, nil when none names the tool.
 	grant *grant
-	// why says why the tool is not granted.
-	why string
+	// why says why the tool is not granted, and notGranted is the
+	// denial's detail but for the principal that leads it: made once, as
+	// a listing of a large catalog denies most of its tools.
+	why, notGranted string
 }
 
 // Decision is what the policy says about an allowed (principal, server,
@@ -327,7 +330,7 @@ func (p *Policy) Decide(principal, server, tool string) (Decision, error) {
 	}
 	o := r.outcomes[k]
 	if !o.granted {
-		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q (rule %s) is not granted %s/%s: %s", principal, r.name, server, tool, o.why)
+		return Decision{}, &deny.Error{Reason: deny.ToolNotGranted, Detail: "principal " + strconv.Quote(principal) + o.notGranted}
 	}
 	return o.decision, nil
 }
