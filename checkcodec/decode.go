@@ -231,35 +231,7 @@ func consumeString(b []byte) (string, int, error) {
 	if !utf8.Valid(v) {
 		return "", 0, errUTF8
 	}
-	return intern(v), n, nil
-}
-
-// common are strings every CheckRequest repeats: header names and values
-// that Envoy and MCP clients send. intern returns one of them for bytes
-// equal to it, which costs a map lookup but no allocation (Go does not
-// copy bytes converted only to index a map), and a new string otherwise.
-var common = func() map[string]string {
-	m := map[string]string{}
-	for _, s := range []string{
-		":authority", ":method", ":path", ":scheme", "accept", "accept-encoding", "authorization",
-		"content-length", "content-type", "user-agent", "x-forwarded-for", "x-forwarded-proto",
-		"x-forwarded-client-cert", "x-request-id", "x-envoy-expected-rq-timeout-ms", "x-envoy-internal",
-		"x-envoy-auth-partial-body", "mcp-protocol-version", "mcp-session-id", "mcp-method", "mcp-name",
-		"last-event-id", "x-capsnap-epoch", "x-capsnap-schema-digest",
-		"POST", "GET", "DELETE", "http", "https", "application/json", "application/json, text/event-stream",
-		"text/event-stream", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28",
-		"tools/call", "tools/list", "server_id",
-	} {
-		m[s] = s
-	}
-	return m
-}()
-
-func intern(b []byte) string {
-	if s, ok := common[string(b)]; ok {
-		return s
-	}
-	return string(b)
+	return string(v), n, nil
 }
 
 // decodeStringMap reads one entry of a map<string, string> field, whose
