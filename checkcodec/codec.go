@@ -9,10 +9,8 @@
 // of a scalar, the merge of a message's occurrences, the last entry of a
 // map key). FuzzDecode holds it to that with protobuf-go as the oracle.
 //
-// Every other message (ext_proc's, health's) is decoded by gRPC's own
-// protobuf codec. Responses are encoded by go-control-plane's vtprotobuf
-// marshalers when capsnap is built with -tags vtprotobuf (which compiles
-// them in), and by gRPC's codec otherwise. The codec is set on capsnap's gRPC
+// Every other message (ext_proc's, health's) and every response goes
+// through gRPC's own protobuf codec. The codec is set on capsnap's gRPC
 // server alone (grpc.ForceServerCodecV2); nothing registers it globally.
 package checkcodec
 
@@ -43,28 +41,8 @@ var stock = func() encoding.CodecV2 {
 // does.
 func (Codec) Name() string { return protocodec.Name }
 
-// vtMarshaler is a message with go-control-plane's vtprotobuf marshaler,
-// which its types have when capsnap is built with -tags vtprotobuf: the
-// same bytes as protobuf-go's, written by generated code rather than by
-// protobuf-go's table-driven encoder.
-type vtMarshaler interface {
-	MarshalVTStrict() ([]byte, error)
-}
-
-// Marshal encodes with go-control-plane's vtprotobuf marshaler when the
-// message has one (a CheckResponse, built with -tags vtprotobuf), and
-// with gRPC's codec otherwise.
-func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(vtMarshaler)
-	if !ok {
-		return stock.Marshal(v)
-	}
-	b, err := m.MarshalVTStrict()
-	if err != nil {
-		return nil, err
-	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-}
+// Marshal is gRPC's.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) { return stock.Marshal(v) }
 
 // Unmarshal decodes a CheckRequest with Decode, and anything else with
 // gRPC's codec.

@@ -6,22 +6,17 @@ import (
 	"sync"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // recorder is an Authorization server that keeps the last request it was
@@ -118,78 +113,5 @@ func TestCodecOnAServer(t *testing.T) {
 		if got := rec.take(); got != nil {
 			t.Errorf("%s: the handler got %v", name, got)
 		}
-	}
-}
-
-// responses are answers capsnap gives: an allow that pins headers for the
-// upstream and carries its decision as metadata already encoded (as
-// extauthz's response.go does), and a denial with a JSON-RPC body.
-func responses() []*authv3.CheckResponse {
-	var hs []*corev3.HeaderValueOption
-	for _, kv := range [][2]string{
-		{"x-capsnap-server-id", "billing"}, {"x-capsnap-tool", "refund"},
-		{"x-capsnap-schema-digest", "sha256:0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c"},
-		{"x-capsnap-effect-class", "money_move"}, {"x-capsnap-principal", "spiffe://acme/agent/support-refund"},
-	} {
-		hs = append(hs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: kv[0], Value: kv[1]}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
-	}
-	allow := &authv3.CheckResponse{
-		Status:       &rpcstatus.Status{},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: hs, HeadersToRemove: []string{"x-capsnap-valid-until"}}},
-	}
-	md, err := structpb.NewStruct(map[string]any{"decision": "allow", "reason": "ok", "tool": "refund"})
-	if err != nil {
-		panic(err)
-	}
-	b, err := proto.Marshal(md)
-	if err != nil {
-		panic(err)
-	}
-	allow.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), b))
-	deny := &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: 7, Message: "schema_drift: the live digest differs"},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_OK},
-			Headers: hs[:1],
-			Body:    `{"jsonrpc":"2.0","id":3,"error":{"code":-31000,"message":"capability_drift: schema_drift"}}`,
-		}},
-	}
-	return []*authv3.CheckResponse{allow, deny, {}}
-}
-
-// Codec's answer is protobuf-go's, byte for byte, whichever marshaler wrote
-// it: with -tags vtprotobuf, go-control-plane's; without, gRPC's.
-func TestCodecMarshal(t *testing.T) {
-	for _, resp := range responses() {
-		data, err := Codec{}.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(data.Materialize()) != string(want) {
-			t.Errorf("Marshal = %x; want protobuf-go's %x", data.Materialize(), want)
-		}
-	}
-}
-
-func BenchmarkMarshalResponse(b *testing.B) {
-	resp := responses()[0]
-	for _, c := range []struct {
-		name  string
-		codec encoding.CodecV2
-	}{{"grpc", stock}, {"checkcodec", Codec{}}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				data, err := c.codec.Marshal(resp)
-				if err != nil {
-					b.Fatal(err)
-				}
-				data.Free()
-			}
-		})
 	}
 }
