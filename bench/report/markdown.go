@@ -326,6 +326,10 @@ var levers = []struct{ lever, verdict, figures string }{
 		"did not pay", "it hashes the same bytes and saves only the map lookups"},
 	{"The audit line of a listing, which names every withheld tool with its reason and detail",
 		"not done", "11–13% of Deliver's CPU for 213 withheld tools (~30 KB a listing); kept whole, for the audit's sake"},
+	{"The audit write before each answer (zerolog's encoding, the chain's SHA-256, the group-committed write)",
+		"not done", "9–10% of capsnap's CPU at c=64 in the live profile of the make bench run of 2026-12-03 20:14, nearly as much as the decision (11%); the line is written before the answer so that no answered decision is missing from the trail, and that stays"},
+	{"The garbage collector's share",
+		"not done", "mallocgc 17% of capsnap's CPU at c=64 in the same profile, the floor's 18%; GOGC is left alone, as a million snapshots must fit in 1 GiB and a larger GOGC multiplies the heap"},
 	{"The strict parser and the argument checks in one pass",
 		"not done", "the body is checked strictly, then decoded, then the arguments checked against the schema and digested: four walks of the arguments remain"},
 }

@@ -40,7 +40,10 @@ var (
 		report.TargetP99:        liveProfile,
 		report.TargetCPU:        liveProfile,
 		report.TargetCPUFloor:   liveProfile,
-		report.TargetBudget:     checkProfile,
+		// Through Envoy, capsnap's part is the Check the live profile
+		// shows, under ghz rather than Envoy.
+		report.TargetEnvoy:  liveProfile,
+		report.TargetBudget: checkProfile,
 		report.TargetDeployed: {
 			what:  "CPU profile of one allowed Check as deployed (BenchmarkCheckDeployed: Redis store, snapshot held, envelope under a grant), its top 20 functions:",
 			bench: "^BenchmarkCheckDeployed$", file: "check-deployed.pprof",
