@@ -76,12 +76,21 @@ func (s *Schema) Check(arguments []byte) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arguments: %w", err)
 	}
-	if s.direct == nil || !s.direct.accepts(args) {
-		if err := s.engine.Validate(args); err != nil {
-			return nil, fmt.Errorf("arguments do not satisfy the pinned inputSchema: %s", oneLine(err))
-		}
+	if err := s.Validate(args); err != nil {
+		return nil, err
 	}
 	return args, nil
+}
+
+// Validate holds arguments already decoded (mcpparse.DecodeObject's
+// values) to the schema.
+func (s *Schema) Validate(args map[string]any) error {
+	if s.direct == nil || !s.direct.accepts(args) {
+		if err := s.engine.Validate(args); err != nil {
+			return fmt.Errorf("arguments do not satisfy the pinned inputSchema: %s", oneLine(err))
+		}
+	}
+	return nil
 }
 
 // oneLine flattens a validation error for a denial's detail.

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"github.com/capsnap/capsnap/argschema"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/mcpparse"
 )
 
 // schemas holds the compiled inputSchema of each tool definition, by
@@ -31,13 +32,16 @@ func (c *schemas) get(digest string, inputSchema []byte) compiled {
 // checkArguments holds a call's arguments to the pinned definition's
 // inputSchema, identified by its digest, and returns them decoded (numbers
 // as json.Number, exact for the schema's bounds) for the constraints.
-func (c *schemas) checkArguments(digest string, inputSchema, arguments []byte) (map[string]any, *deny.Error) {
+func (c *schemas) checkArguments(digest string, inputSchema []byte, call *mcpparse.Message) (map[string]any, *deny.Error) {
 	s := c.get(digest, inputSchema)
 	if s.err != nil {
 		return nil, deny.Errorf(deny.InvalidArguments, "the pinned inputSchema cannot be used: %v", s.err)
 	}
-	args, err := s.schema.Check(arguments)
+	args, err := call.DecodeArguments()
 	if err != nil {
+		return nil, deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
+	}
+	if err := s.schema.Validate(args); err != nil {
 		return nil, deny.Errorf(deny.InvalidArguments, "%v", err)
 	}
 	return args, nil

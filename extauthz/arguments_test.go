@@ -3,6 +3,8 @@ package extauthz
 import (
 	"fmt"
 	"testing"
+
+	"github.com/capsnap/capsnap/mcpparse"
 )
 
 // The compiled-schema cache stays within maxSchemas however many
@@ -21,10 +23,10 @@ func TestSchemasBounded(t *testing.T) {
 	if held > maxSchemas || int64(held) != c.n.Load() {
 		t.Fatalf("cache holds %d schemas (counted %d), bound %d", held, c.n.Load(), maxSchemas)
 	}
-	if _, fail := c.checkArguments("sha256:1", schema, []byte(`{"n":"x"}`)); fail == nil {
+	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":"x"}`)}); fail == nil {
 		t.Fatal("a string passed an integer schema after the cache started over")
 	}
-	if _, fail := c.checkArguments("sha256:1", schema, []byte(`{"n":3}`)); fail != nil {
+	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":3}`)}); fail != nil {
 		t.Fatalf("valid arguments denied: %v", fail)
 	}
 }

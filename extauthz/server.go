@@ -231,17 +231,19 @@ func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.Che
 type decision struct {
 	// now is when the decision began: the one instant its freshness and
 	// expiry tests are made at.
-	now          time.Time
-	fail         *deny.Error
-	requestID    string
-	principal    string
-	serverID     string
-	session      string
-	version      mcpparse.Version
-	method       string
-	id           json.RawMessage
-	tool         string
-	arguments    json.RawMessage
+	now       time.Time
+	fail      *deny.Error
+	requestID string
+	principal string
+	serverID  string
+	session   string
+	version   mcpparse.Version
+	method    string
+	id        json.RawMessage
+	tool      string
+	arguments json.RawMessage
+	// call is the tools/call message, whose arguments Parse checked.
+	call         *mcpparse.Message
 	effect       policy.EffectClass
 	policyDigest string
 	// digest is the pinned schema digest; liveDigest what the catalog
@@ -351,7 +353,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		}
 		return s.list(d, m)
 	default:
-		d.method, d.id, d.tool, d.arguments = m.Method, m.ID, m.Tool, m.Arguments
+		d.method, d.id, d.tool, d.arguments, d.call = m.Method, m.ID, m.Tool, m.Arguments, m
 		// Kept whole, so that a denial decided again starts from it.
 		called := *d
 		if fail := s.verifyCall(d); fail != nil {
@@ -626,7 +628,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 // checkTerms holds the arguments to the pinned inputSchema and the pinned
 // policy's constraints, and the call to its sequence rules.
 func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
-	args, fail := s.schemas.checkArguments(digest, inputSchema, d.arguments)
+	args, fail := s.schemas.checkArguments(digest, inputSchema, d.call)
 	if fail != nil {
 		return fail
 	}

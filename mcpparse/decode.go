@@ -19,12 +19,32 @@ func DecodeObject(data []byte) (map[string]any, error) {
 	if err := checkJSON(data, maxDepthCap, false); err != nil {
 		return nil, err
 	}
+	return decodeChecked(data)
+}
+
+// decodeChecked is DecodeObject of data that checkJSON has accepted.
+func decodeChecked(data []byte) (map[string]any, error) {
 	doc := trimValue(data)
 	if doc[0] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
 	d := decoder{text: string(doc)}
 	return d.object(doc, 0), nil
+}
+
+// DecodeArguments decodes a tools/call's Arguments as DecodeObject does,
+// an empty object when there are none. Arguments that Parse read are not
+// checked again: Parse checked the whole body, under rules at least as
+// strict (names folded, the configured depth), and a part of a checked
+// document is itself one.
+func (m *Message) DecodeArguments() (map[string]any, error) {
+	switch {
+	case len(m.Arguments) == 0:
+		return map[string]any{}, nil
+	case m.checked:
+		return decodeChecked(m.Arguments)
+	}
+	return DecodeObject(m.Arguments)
 }
 
 // decoder builds values from a checked document. text is the document as

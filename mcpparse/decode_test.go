@@ -91,6 +91,16 @@ func BenchmarkDecodeObject(b *testing.B) {
 			}
 		}
 	})
+	// What DecodeArguments costs for arguments Parse already checked.
+	b.Run("checked", func(b *testing.B) {
+		m := Message{Arguments: args, checked: true}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := m.DecodeArguments(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -99,4 +109,30 @@ func BenchmarkDecodeObject(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The arguments of a tools/call Parse read decode, unchecked again, as
+// DecodeObject decodes them; a Message built by hand is checked.
+func TestDecodeArguments(t *testing.T) {
+	for _, args := range []string{`{}`, `{"order_id":"A-1","amount":40.5,"tags":["a",{"b":null}]}`, `{"s":"\u00e9\n"}`} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":` + args + `}}`
+		r, err := Parse([]byte(body), map[string]string{"content-type": "application/json", "accept": "application/json, text/event-stream"}, Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		got, err := r.Messages[0].DecodeArguments()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := DecodeObject([]byte(args))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: DecodeArguments = %#v, DecodeObject = %#v (%v)", args, got, want, err)
+		}
+	}
+	if _, err := (&Message{Arguments: []byte(`{"a":1,"a":2}`)}).DecodeArguments(); err == nil {
+		t.Error("a Message built by hand with duplicate names decoded")
+	}
+	if got, err := (&Message{}).DecodeArguments(); err != nil || len(got) != 0 {
+		t.Errorf("no arguments: %v, %v", got, err)
+	}
 }

@@ -85,6 +85,8 @@ type Message struct {
 	Arguments json.RawMessage
 	// Meta is params._meta when present.
 	Meta json.RawMessage
+	// checked says Arguments are a slice of a body Parse checked.
+	checked bool
 }
 
 // Request is the content of one HTTP POST.
@@ -634,7 +636,7 @@ func readParams(m *Message, params []byte) (Version, error) {
 			if args[0] != '{' {
 				return "", malformed("tools/call params.arguments must be an object, not a JSON %s", jsonType(args))
 			}
-			m.Arguments = args
+			m.Arguments, m.checked = args, true
 		}
 	case "prompts/get":
 		if name != nil && name[0] != '"' {

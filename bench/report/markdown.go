@@ -330,8 +330,8 @@ var levers = []struct{ lever, verdict, figures string }{
 		"not done", "9–10% of capsnap's CPU at c=64 in the live profile of the make bench run of 2026-12-03 20:14, nearly as much as the decision (11%); the line is written before the answer so that no answered decision is missing from the trail, and that stays"},
 	{"The garbage collector's share",
 		"not done", "mallocgc 17% of capsnap's CPU at c=64 in the same profile, the floor's 18%; GOGC is left alone, as a million snapshots must fit in 1 GiB and a larger GOGC multiplies the heap"},
-	{"The strict parser and the argument checks in one pass",
-		"not done", "the body is checked strictly, then decoded, then the arguments checked against the schema and digested: four walks of the arguments remain"},
+	{"The strict parser and the argument checks: the arguments were checked strictly a second time before they were decoded; now the body's check stands for them (`mcpparse.Message.DecodeArguments`)",
+		"kept", "refund's arguments decoded in ~0.6 µs instead of ~0.85 µs (`BenchmarkDecodeObject/checked` against `/mcpparse`); three walks of the arguments remain (decode, schema, digest), not merged"},
 }
 
 func leversSection(b *strings.Builder, _ *Results) {
