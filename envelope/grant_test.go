@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,4 +235,34 @@ func BenchmarkGrant(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A call's claims are encoded by hand when that is sure to be what
+// json.Marshal writes, and by json.Marshal otherwise: byte for byte the
+// same either way.
+func TestCallClaimsJSON(t *testing.T) {
+	ids := []string{"", `7`, `-12`, `0`, `-0`, `"abc"`, `""`, `"a-b_c.d:e"`, `1.5`, `1e3`, `007`, `"a b"`, `"<x>"`, `"\u00e9"`, `"é"`, ` 7`, `"a\"b"`}
+	strs := []string{"", "AbC9-_.:", "grant-1", "sha256:0f", "a b", "<&>", "é", `q"`, "\x01", "\u2028"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		c := CallClaims{
+			Grant: strs[r.IntN(len(strs))], IssuedAt: r.Int64N(4e9) - 2e9, Expiry: int64(i),
+			ID: strs[r.IntN(len(strs))], ArgsDigest: strs[r.IntN(len(strs))],
+		}
+		if id := ids[r.IntN(len(ids))]; id != "" {
+			c.RequestID = json.RawMessage(id)
+		}
+		want, err := json.Marshal(&c)
+		got, ok := c.appendJSON(nil)
+		switch {
+		case ok && err != nil:
+			t.Fatalf("%+v: encoded by hand as %s, json.Marshal refuses it: %v", c, got, err)
+		case ok && string(got) != string(want):
+			t.Fatalf("%+v: by hand %s, json.Marshal %s", c, got, want)
+		}
+	}
+	plainCall := CallClaims{Grant: "g", ID: "j", ArgsDigest: "sha256:00", RequestID: json.RawMessage(`7`)}
+	if _, ok := plainCall.appendJSON(nil); !ok {
+		t.Error("the claims capsnap seals fell back to json.Marshal")
+	}
 }
