@@ -22,10 +22,7 @@ func (b *bounded[K, V]) get(k K, max int64, derive func() (K, V)) V {
 	if v, ok := b.m.Load(k); ok {
 		return v.(V)
 	}
-	if b.n.Load() >= max {
-		b.m.Clear()
-		b.n.Store(0)
-	}
+	b.makeRoom(max)
 	kept, v := derive()
 	got, loaded := b.m.LoadOrStore(kept, v)
 	if !loaded {
@@ -47,11 +44,16 @@ func (b *bounded[K, V]) load(k K) (V, bool) {
 // store holds v for k, replacing any value held: k must not point into a
 // request.
 func (b *bounded[K, V]) store(k K, v V, max int64) {
+	b.makeRoom(max)
+	if _, loaded := b.m.Swap(k, v); !loaded {
+		b.n.Add(1)
+	}
+}
+
+// makeRoom starts over when the map holds max entries.
+func (b *bounded[K, V]) makeRoom(max int64) {
 	if b.n.Load() >= max {
 		b.m.Clear()
 		b.n.Store(0)
-	}
-	if _, loaded := b.m.Swap(k, v); !loaded {
-		b.n.Add(1)
 	}
 }

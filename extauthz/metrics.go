@@ -179,11 +179,11 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.tool != "" {
 		ev = ev.Str("tool", d.tool)
 	}
-	if len(d.arguments) > 0 {
+	if d.call != nil && len(d.call.Arguments) > 0 {
 		// A digest, never the arguments: audit lines are widely readable,
 		// arguments may hold personal data, and the digest still proves
 		// which arguments a decision saw.
-		sum := sha256.Sum256(d.arguments)
+		sum := sha256.Sum256(d.call.Arguments)
 		var text [len("sha256:") + 2*sha256.Size]byte
 		copy(text[:], "sha256:")
 		hex.Encode(text[len("sha256:"):], sum[:])

@@ -241,7 +241,6 @@ type decision struct {
 	method    string
 	id        json.RawMessage
 	tool      string
-	arguments json.RawMessage
 	// call is the tools/call message, whose arguments Parse checked.
 	call         *mcpparse.Message
 	effect       policy.EffectClass
@@ -353,7 +352,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		}
 		return s.list(d, m)
 	default:
-		d.method, d.id, d.tool, d.arguments, d.call = m.Method, m.ID, m.Tool, m.Arguments, m
+		d.method, d.id, d.tool, d.call = m.Method, m.ID, m.Tool, m
 		// Kept whole, so that a denial decided again starts from it.
 		called := *d
 		if fail := s.verifyCall(d); fail != nil {
@@ -367,7 +366,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 				return fail
 			}
 		}
-		return s.signEnvelope(d)
+		return nil
 	}
 }
 
@@ -476,7 +475,7 @@ func (s *Server) signEnvelope(d *decision) *deny.Error {
 	if s.envelope == nil {
 		return nil
 	}
-	args, err := envelope.ArgsDigest(d.arguments)
+	args, err := envelope.ArgsDigest(d.call.Arguments)
 	if err != nil {
 		// mcpparse read these bytes as a JSON object.
 		return deny.Errorf(deny.MalformedRequest, "arguments: %v", err)
@@ -500,7 +499,7 @@ func (s *Server) signEnvelope(d *decision) *deny.Error {
 	}
 	c := &envelope.Claims{
 		Audience: d.serverID, Subject: d.principal, IssuedAt: d.now.Unix(), Expiry: exp.Unix(),
-		ID: envelope.NewID(), Epoch: d.snapshot.Epoch, Tool: d.tool, SchemaDigest: d.digest,
+		Epoch: d.snapshot.Epoch, Tool: d.tool, SchemaDigest: d.digest,
 		EffectClass: d.effect.String(), PolicyDigest: d.policyDigest, ArgsDigest: args, RequestID: d.id,
 	}
 	token, err := s.envelope.Seal(c)
@@ -641,16 +640,30 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 			return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
 		}
 	}
+	// The envelope is sealed before the call is recorded: sealing can
+	// still deny, and a call a sequence rule names is recorded only once
+	// nothing else will.
+	if fail := s.signEnvelope(d); fail != nil {
+		return fail
+	}
 	// Last: an allowed call a sequence rule names is recorded here, and a
 	// denied one never is.
 	follows, err := s.snapshots.Follows(snap, d.tool, rule.After, rule.Precedes)
 	if err != nil {
+		d.unseal()
 		return storeFailed(err)
 	}
 	if !follows {
+		d.unseal()
 		return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, strings.Join(rule.After, " and "), snap.Epoch)
 	}
 	return nil
+}
+
+// unseal drops the envelope of a call denied after it was sealed: a
+// denied call carries none, and its audit line names none.
+func (d *decision) unseal() {
+	d.envelope, d.envelopeID, d.grant, d.grantID = "", "", "", ""
 }
 
 // staleRead decides a pinned call while the catalog is unavailable: only a
