@@ -134,23 +134,43 @@ func (k *Keys) newSigner(typ string) (jose.Signer, error) {
 }
 
 func readKey(file string) (ed25519.PrivateKey, error) {
-	data, err := os.ReadFile(file)
+	key, err := readPrivateKey(file, "openssl genpkey -algorithm ed25519")
 	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("envelope: %s: want a PEM \"PRIVATE KEY\" (PKCS #8), as openssl genpkey -algorithm ed25519 writes", file)
-	}
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("envelope: %s: %w", file, err)
+		return nil, err
 	}
 	priv, ok := key.(ed25519.PrivateKey)
 	if !ok {
 		return nil, fmt.Errorf("envelope: %s: a %T key, want Ed25519", file, key)
 	}
 	return priv, nil
+}
+
+// readPrivateKey reads a PEM PKCS #8 private key, as the command how
+// writes one.
+func readPrivateKey(file, how string) (any, error) {
+	der, err := readPEM(file, "PRIVATE KEY", " (PKCS #8), as "+how+" writes")
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %s: %w", file, err)
+	}
+	return key, nil
+}
+
+// readPEM returns the bytes of file's first PEM block, which must be of
+// type typ; hint says where such a file comes from.
+func readPEM(file, typ, hint string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != typ {
+		return nil, fmt.Errorf("envelope: %s: want a PEM %q%s", file, typ, hint)
+	}
+	return block.Bytes, nil
 }
 
 // KeyID is the kid of the key that signs.
@@ -178,8 +198,11 @@ func (k *Keys) Seal(c *Claims) (string, error) {
 	return k.sign(payload)
 }
 
-func (k *Keys) sign(payload []byte) (string, error) {
-	jws, err := k.signer.Sign(payload)
+func (k *Keys) sign(payload []byte) (string, error) { return signCompact(k.signer, payload) }
+
+// signCompact signs payload with s, as a compact JWS.
+func signCompact(s jose.Signer, payload []byte) (string, error) {
+	jws, err := s.Sign(payload)
 	if err != nil {
 		return "", fmt.Errorf("envelope: sign: %w", err)
 	}
@@ -194,13 +217,7 @@ func (k *Keys) Signer(typ string) (func(payload []byte) (string, error), error) 
 	if err != nil {
 		return nil, err
 	}
-	return func(payload []byte) (string, error) {
-		jws, err := s.Sign(payload)
-		if err != nil {
-			return "", fmt.Errorf("envelope: sign: %w", err)
-		}
-		return jws.CompactSerialize()
-	}, nil
+	return func(payload []byte) (string, error) { return signCompact(s, payload) }, nil
 }
 
 // NewID is an unguessable envelope id: 96 random bits.

@@ -333,3 +333,28 @@ func BenchmarkSealParts(b *testing.B) {
 		}
 	})
 }
+
+// A JWKS URL that cannot be fetched refuses the envelope as invalid (an
+// *Error, as every refusal), and is not fetched again by every call.
+func TestUnreachableJWKS(t *testing.T) {
+	var fetches atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetches.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	v, err := NewVerifier(VerifierOptions{Audience: "billing", JWKSURL: srv.URL, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := loadKeys(t, "key-a.pem").Seal(claims())
+	for range 3 {
+		var e *Error
+		if _, err := v.Verify(Presented{Envelope: token}, refundCall); !errors.As(err, &e) || e.Reason != Invalid {
+			t.Fatalf("Verify = %v, want %s", err, Invalid)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("%d fetches in the same second, want 1", n)
+	}
+}

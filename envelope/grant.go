@@ -10,10 +10,8 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"hash"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -76,7 +74,6 @@ type CallClaims struct {
 // Recipient is the public half of a server's grant key: what capsnap
 // encrypts the call keys of that server's grants to.
 type Recipient struct {
-	kid string
 	enc jose.Encrypter
 }
 
@@ -84,15 +81,11 @@ type Recipient struct {
 // "PUBLIC KEY", as "openssl pkey -pubout" writes). Its kid is its RFC 7638
 // thumbprint, which the server finds its private half by.
 func LoadRecipient(file string) (*Recipient, error) {
-	data, err := os.ReadFile(file)
+	der, err := readPEM(file, "PUBLIC KEY", ", as openssl pkey -pubout writes")
 	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+		return nil, err
 	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PUBLIC KEY" {
-		return nil, fmt.Errorf("envelope: %s: want a PEM \"PUBLIC KEY\", as openssl pkey -pubout writes", file)
-	}
-	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	key, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %s: %w", file, err)
 	}
@@ -108,11 +101,8 @@ func LoadRecipient(file string) (*Recipient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %s: %w", file, err)
 	}
-	return &Recipient{kid: kid, enc: enc}, nil
+	return &Recipient{enc: enc}, nil
 }
-
-// KeyID is the kid of the grant key.
-func (r *Recipient) KeyID() string { return r.kid }
 
 func thumbprint(key any) (string, error) {
 	tp, err := (&jose.JSONWebKey{Key: key}).Thumbprint(crypto.SHA256)
@@ -155,13 +145,9 @@ func (k *Keys) Grant(g GrantClaims, r *Recipient) (*Grant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	jws, err := k.grantSigner.Sign(payload)
+	token, err := signCompact(k.grantSigner, payload)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: sign a grant: %w", err)
-	}
-	token, err := jws.CompactSerialize()
-	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+		return nil, err
 	}
 	header, err := json.Marshal(struct {
 		Alg string `json:"alg"`
@@ -278,17 +264,9 @@ func plainID(id json.RawMessage) bool {
 // #8, as "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256"
 // writes), and its kid.
 func readGrantKey(file string) (*ecdsa.PrivateKey, string, error) {
-	data, err := os.ReadFile(file)
+	key, err := readPrivateKey(file, "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256")
 	if err != nil {
-		return nil, "", fmt.Errorf("envelope: %w", err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, "", fmt.Errorf("envelope: %s: want a PEM \"PRIVATE KEY\" (PKCS #8)", file)
-	}
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, "", fmt.Errorf("envelope: %s: %w", file, err)
+		return nil, "", err
 	}
 	priv, ok := key.(*ecdsa.PrivateKey)
 	if !ok || priv.Curve != elliptic.P256() {

@@ -151,14 +151,20 @@ func (v *Verifier) key(kid string) (*jose.JSONWebKey, error) {
 	defer v.mu.Unlock()
 	now := v.o.Now()
 	if v.o.JWKSURL != "" {
-		stale := v.keys == nil || now.Sub(v.fetchedAt) > v.o.Refresh
-		if !stale && len(v.keys.Key(kid)) == 0 && now.Sub(v.fetchedAt) > time.Second {
-			stale = true // a key capsnap rotated to
-		}
+		since := now.Sub(v.fetchedAt)
+		// A kid not in the set may be a key capsnap rotated to; no set at
+		// all, a fetch that failed. Either is tried again at most once a
+		// second; an attempt, failed or not, counts as a fetch.
+		stale := v.fetchedAt.IsZero() || since > v.o.Refresh ||
+			since > time.Second && (v.keys == nil || len(v.keys.Key(kid)) == 0)
 		if stale {
-			if err := v.fetch(now); err != nil && v.keys == nil {
-				return nil, err
+			v.fetchedAt = now
+			if err := v.fetch(); err != nil && v.keys == nil {
+				return nil, refuse(Invalid, "%v", err)
 			}
+		}
+		if v.keys == nil {
+			return nil, refuse(Invalid, "the JWKS at %s could not be fetched", v.o.JWKSURL)
 		}
 	}
 	if ks := v.keys.Key(kid); len(ks) == 1 {
@@ -167,7 +173,7 @@ func (v *Verifier) key(kid string) (*jose.JSONWebKey, error) {
 	return nil, refuse(Invalid, "no key %q in the JWKS", kid)
 }
 
-func (v *Verifier) fetch(now time.Time) error {
+func (v *Verifier) fetch() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.o.JWKSURL, nil)
@@ -190,7 +196,7 @@ func (v *Verifier) fetch(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("envelope: %s: %w", v.o.JWKSURL, err)
 	}
-	v.keys, v.fetchedAt = set, now
+	v.keys = set
 	return nil
 }
 

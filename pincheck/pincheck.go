@@ -70,11 +70,12 @@ func (g *Guard) Wrap(def *mcp.Tool, h mcp.ToolHandler) (mcp.ToolHandler, error) 
 		if g.verifier != nil {
 			c, err := g.verifier.Verify(envelope.Presented{Envelope: header.Get(envelope.Header), Grant: header.Get(envelope.GrantHeader)}, envelope.Call{Tool: req.Params.Name, Arguments: req.Params.Arguments})
 			if err != nil {
+				// Verify refuses with an *envelope.Error, and nothing else.
 				var e *envelope.Error
-				if errors.As(err, &e) {
-					return nil, envelopeRefusal(def.Name, e)
+				if !errors.As(err, &e) {
+					e = &envelope.Error{Reason: envelope.Invalid, Detail: err.Error()}
 				}
-				return nil, envelopeRefusal(def.Name, &envelope.Error{Reason: envelope.Invalid, Detail: err.Error()})
+				return nil, envelopeRefusal(def.Name, e)
 			}
 			pinned, epoch = c.SchemaDigest, c.Epoch
 		}
