@@ -24,7 +24,6 @@ var (
 // message is what the skipper knows of one message type: its fields by
 // number. A field number it does not list is an unknown field.
 type message struct {
-	name   protoreflect.FullName
 	fields map[protowire.Number]*field
 }
 
@@ -54,7 +53,7 @@ func scan(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*mes
 	if md.ExtensionRanges().Len() > 0 {
 		panic(fmt.Sprintf("checkcodec: %s has extension ranges", md.FullName()))
 	}
-	m := &message{name: md.FullName(), fields: make(map[protowire.Number]*field, md.Fields().Len())}
+	m := &message{fields: make(map[protowire.Number]*field, md.Fields().Len())}
 	seen[md.FullName()] = m
 	fds := md.Fields()
 	for i := range fds.Len() {

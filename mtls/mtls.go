@@ -360,9 +360,10 @@ func (s *Server) verify(cs tls.ConnectionState) error {
 	if s.allowed.match(leaf) != "" {
 		return nil
 	}
-	s.refusals.Warn().Str("client", describe(leaf)).Str("issuer", leaf.Issuer.String()).
+	client := describe(leaf)
+	s.refusals.Warn().Str("client", client).Str("issuer", leaf.Issuer.String()).
 		Msg("TLS client refused: its certificate is valid but its identity is not in allowed_clients")
-	return fmt.Errorf("mtls: client %s is not allowed", describe(leaf))
+	return fmt.Errorf("mtls: client %s is not allowed", client)
 }
 
 // parseBundle reads every CERTIFICATE block of a PEM bundle. Text between

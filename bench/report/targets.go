@@ -224,15 +224,20 @@ func million(r *Results) Target {
 // deployed judges the in-process allowed Check as deployed: the Redis
 // store holding the snapshot, the envelope under a grant.
 func deployed(hot []gobench.Result) Target {
-	t := Target{ID: TargetDeployed, Issue: 17, Name: "Go hot path: one allowed Check as deployed, on Redis (snapshot held) with the envelope under a grant (" + BenchCheckDeployed + ")",
-		Threshold: fmt.Sprintf("≤ %d µs and ≤ %d allocs per Check", MaxDeployedNs/1000, MaxDeployedAllocs), Status: Met}
-	res, ok := gobench.Find(hot, BenchCheckDeployed)
+	return checkBudget(hot, Target{ID: TargetDeployed, Issue: 17, Name: "Go hot path: one allowed Check as deployed, on Redis (snapshot held) with the envelope under a grant (" + BenchCheckDeployed + ")"},
+		BenchCheckDeployed, MaxDeployedNs, MaxDeployedAllocs)
+}
+
+// checkBudget judges one Go benchmark of the allowed Check against a
+// budget of ns and allocations per Check.
+func checkBudget(hot []gobench.Result, t Target, bench string, maxNs, maxAllocs float64) Target {
+	t.Threshold, t.Status = fmt.Sprintf("≤ %.0f µs and ≤ %.0f allocs per Check", maxNs/1000, maxAllocs), Met
+	res, ok := gobench.Find(hot, bench)
 	if !ok {
-		return notRun(t, BenchCheckDeployed)
+		return notRun(t, bench)
 	}
-	ns, allocs := res.Metrics["ns/op"], res.Metrics["allocs/op"]
-	t.Measured = fmt.Sprintf("%s, %.0f allocs", Dur(time.Duration(ns)), allocs)
-	if ns > MaxDeployedNs || allocs > MaxDeployedAllocs {
+	t.Measured = perCheck(res, true)
+	if res.Metrics["ns/op"] > maxNs || res.Metrics["allocs/op"] > maxAllocs {
 		t.Status = Missed
 	}
 	return t
@@ -270,18 +275,8 @@ func invalidation(inv Invalidation) Target {
 }
 
 func budget(hot []gobench.Result) Target {
-	t := Target{ID: TargetBudget, Issue: 7, Name: "Go hot path: one allowed Check (" + BenchCheckAllowed + ")",
-		Threshold: fmt.Sprintf("≤ %d µs and ≤ %d allocs per Check", MaxCheckNs/1000, MaxCheckAllocs), Status: Met}
-	res, ok := gobench.Find(hot, BenchCheckAllowed)
-	if !ok {
-		return notRun(t, BenchCheckAllowed)
-	}
-	ns, allocs := res.Metrics["ns/op"], res.Metrics["allocs/op"]
-	t.Measured = fmt.Sprintf("%s, %.0f allocs", Dur(time.Duration(ns)), allocs)
-	if ns > MaxCheckNs || allocs > MaxCheckAllocs {
-		t.Status = Missed
-	}
-	return t
+	return checkBudget(hot, Target{ID: TargetBudget, Issue: 7, Name: "Go hot path: one allowed Check (" + BenchCheckAllowed + ")"},
+		BenchCheckAllowed, MaxCheckNs, MaxCheckAllocs)
 }
 
 // DeliveryTarget is issue 17's target for the response path.

@@ -548,12 +548,15 @@ func (s *Store) byPointer(key string, now bool) (*cache.Snapshot, bool, error) {
 		s.rejected(kindLatest, key)
 		return nil, false, nil
 	}
-	// Bounded like the snapshots kept here; past it, it starts over.
-	if s.nPointers.Add(1) > s.o.MaxLocal {
+	// Bounded like the snapshots kept here, by the keys held (a pointer
+	// that moved replaces its key's entry); past it, it starts over.
+	if s.nPointers.Load() >= s.o.MaxLocal {
 		s.pointers.Clear()
 		s.nPointers.Store(0)
 	}
-	s.pointers.Store(key, checkedPointer{v.incarnation, raw, epoch})
+	if _, moved := s.pointers.Swap(key, checkedPointer{v.incarnation, raw, epoch}); !moved {
+		s.nPointers.Add(1)
+	}
 	return s.byEpoch(v, c, epoch)
 }
 

@@ -307,7 +307,7 @@ func (h *harness) ghzFiles(req *authv3.CheckRequest) (ghzInput, error) {
 
 // concurrency measures every target at concurrency c. Each is first
 // checked from Go (the Check must be allowed) and warmed up; then the
-// targets take turns in the order A B C D D C B A, each turn half of a
+// targets take turns in the order A B C … C B A, each turn half of a
 // target's run, so that a machine that gets busier or quieter weighs on
 // every server alike. Each run is sized from its target's warm-up rate
 // to take about grpcRun.
