@@ -127,5 +127,5 @@ peers:
 # and docs/benchmarks-latency.svg, and the raw results, logs and any
 # profiles to bench/out/. Loopback only, bounded in time.
 bench: envoy peers redis
-	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./testbed/cmd/mcpfixture ./bench/cmd/bench
+	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./testbed/cmd/mcpfixture ./bench/cmd/bench ./bench/cmd/checkload
 	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" ./$(BIN)/bench -bin $(BIN) -peers $(PEERS)

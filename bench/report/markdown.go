@@ -41,10 +41,10 @@ func machine(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Machine\n\n")
 	table(b, []string{"", ""}, [][]string{
 		{"CPU", m.CPU}, {"cores", fmt.Sprint(m.Cores)}, {"kernel", m.Kernel}, {"Go", m.Go},
-		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz", m.Ghz}, {"Redis", m.Redis}, {"date", m.Date},
+		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz (cross-check)", m.Ghz}, {"Redis", m.Redis}, {"date", m.Date},
 		{"load average at start", m.LoadAvg},
 	})
-	fmt.Fprintf(b, "\nThe load generator (ghz, or the harness's MCP client through Envoy) shares these %d cores with the servers it measures, "+
+	fmt.Fprintf(b, "\nThe load generator (checkload, or the harness's MCP client through Envoy) shares these %d cores with the servers it measures, "+
 		"and the machine may be running other work: every figure includes that contention, and the servers are compared within one run for that reason.\n", m.Cores)
 }
 
@@ -60,7 +60,7 @@ func targets(b *strings.Builder, r *Results) {
 func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 	return func(b *strings.Builder, r *Results) {
 		fmt.Fprintf(b, "## Check over gRPC\n\n")
-		fmt.Fprintf(b, "ghz sends the same allowed `tools/call` CheckRequest to each server: capsnap, the floor (a do-nothing ext_authz server, `bench/noop`) and OPA-Envoy running `bench/opa/policy.rego`.\n\n")
+		fmt.Fprintf(b, "The load (`bench/cmd/checkload`) sends the same allowed `tools/call` CheckRequest to each server: capsnap, the floor (a do-nothing ext_authz server, `bench/noop`) and OPA-Envoy running `bench/opa/policy.rego`. It decodes every answer in full with protobuf-go's generated code, as Envoy decodes it with its own; see [The load, and ghz](#the-load-and-ghz) for why it replaced ghz.\n\n")
 		fmt.Fprintf(b, "![p50 and p99 latency per server and concurrency](%s)\n\n", svgPath)
 		cs := r.Method.Concurrencies
 		byServer := func(f func(GRPCRun) string) [][]string {
@@ -128,10 +128,56 @@ func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 		var rows [][]string
 		for _, g := range r.GRPC {
 			rows = append(rows, []string{g.Server, fmt.Sprint(g.Concurrency), fmt.Sprint(g.Count), Dur(g.Total),
-				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), fmt.Sprint(errorCount(g))})
+				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), cpuPerCheck(g.ClientCPU, g.Count), fmt.Sprint(errorCount(g))})
 		}
-		table(b, []string{"server", "concurrency", "Checks", "measured time", "mean", "slowest", "server CPU", "errors"}, rows)
+		table(b, []string{"server", "concurrency", "Checks", "measured time", "mean", "slowest", "server CPU", "the load's CPU per Check", "errors"}, rows)
+		ghzSection(b, r)
 	}
+}
+
+// ghzSection shows the load ghz was beside the one that replaced it.
+func ghzSection(b *strings.Builder, r *Results) {
+	if len(r.GhzCrossCheck) == 0 {
+		return
+	}
+	c := r.GhzCrossCheck[0].Concurrency
+	fmt.Fprintf(b, "\n### The load, and ghz\n\n")
+	fmt.Fprintf(b, "Until issue 17 the load was ghz. ghz decodes each answer into a dynamic message (protoreflect), whose cost grows with the answer's fields, not with the server's work: "+
+		"capsnap's allowed answer carries its pins as seven upstream headers and as eight entries of dynamic metadata (a Struct, which access logs and the response path's matcher read), the floor's carries nothing. "+
+		"So under ghz the load, which shares the %d cores, spent far more per Check of capsnap than of the floor, and the throughput ratio measured ghz's decoder more than either server. "+
+		"The load now decodes as Envoy does, with generated code. ghz still runs once, on capsnap and the floor at concurrency %d, in turns after the measured runs; its figures:\n\n", r.Machine.Cores, c)
+	var rows [][]string
+	for _, g := range r.GhzCrossCheck {
+		mine, _ := r.Run(g.Server, g.Concurrency)
+		rows = append(rows, []string{g.Server, fmt.Sprintf("%.0f", g.RPS), Dur(g.P99), Dur(g.CPUPerCheck), cpuPerCheck(g.ClientCPU, g.Count),
+			fmt.Sprintf("%.0f", mine.RPS), Dur(mine.P99), Dur(mine.CPUPerCheck), cpuPerCheck(mine.ClientCPU, mine.Count)})
+	}
+	if len(r.GhzCrossCheck) == 2 {
+		x, y := r.GhzCrossCheck[0], r.GhzCrossCheck[1]
+		mx, _ := r.Run(x.Server, c)
+		my, _ := r.Run(y.Server, c)
+		rows = append(rows, []string{x.Server + " ÷ " + y.Server, fmt.Sprintf("%.2f×", x.RPS/y.RPS), fmt.Sprintf("%.2f×", float64(x.P99)/float64(y.P99)),
+			fmt.Sprintf("%.2f×", float64(x.CPUPerCheck)/float64(y.CPUPerCheck)), ratioPerCheck(x, y),
+			fmt.Sprintf("%.2f×", mx.RPS/my.RPS), fmt.Sprintf("%.2f×", float64(mx.P99)/float64(my.P99)),
+			fmt.Sprintf("%.2f×", float64(mx.CPUPerCheck)/float64(my.CPUPerCheck)), ratioPerCheck(mx, my)})
+	}
+	table(b, []string{"server", "ghz: Checks/s", "p99", "server CPU per Check", "ghz's CPU per Check",
+		"the load: Checks/s", "p99", "server CPU per Check", "the load's CPU per Check"}, rows)
+}
+
+// cpuPerCheck is d over n Checks, or – if nothing was measured.
+func cpuPerCheck(d time.Duration, n int) string {
+	if d == 0 || n == 0 {
+		return "–"
+	}
+	return Dur(d / time.Duration(n))
+}
+
+func ratioPerCheck(x, y GRPCRun) string {
+	if x.ClientCPU == 0 || y.ClientCPU == 0 || x.Count == 0 || y.Count == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", (float64(x.ClientCPU)/float64(x.Count))/(float64(y.ClientCPU)/float64(y.Count)))
 }
 
 func envoySection(b *strings.Builder, r *Results) {
@@ -348,8 +394,8 @@ func methodSection(b *strings.Builder, r *Results) {
 	m := r.Method
 	fmt.Fprintf(b, "## Method\n\n")
 	for _, line := range []string{
-		fmt.Sprintf("**Check over gRPC.** ghz, at concurrency %s on one connection, sends one CheckRequest as Envoy builds it under `envoy/demo.yaml`: the body packed as bytes, the route's `server_id`, the principal in `attributes.source.principal` (as with mTLS), and the `x-capsnap-epoch` of a snapshot capsnap minted at `tools/list`, after the `lookup_order` that refund's sequence rule wants. The body, the same bytes for every server: `%s`.", ints(m.Concurrencies), m.RequestBody),
-		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take turns in the order capsnap, floor, OPA-Envoy, capsnap + envelope, capsnap + envelope under a grant, and back again, each turn half of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all of them alike (the two envelope capsnaps are those of [Signed envelope](#signed-envelope-issue-16)). ghz v0.93.0 cannot bound a run by both count and time, so it counts and the harness kills a run past its deadline (a failure).", m.GRPCWarmup, m.GRPCRun),
+		fmt.Sprintf("**Check over gRPC.** The load (`bench/cmd/checkload`, package `bench/grpcload`), at concurrency %s on one connection, sends one CheckRequest as Envoy builds it under `envoy/demo.yaml`: the body packed as bytes, the route's `server_id`, the principal in `attributes.source.principal` (as with mTLS), and the `x-capsnap-epoch` of a snapshot capsnap minted at `tools/list`, after the `lookup_order` that refund's sequence rule wants. The body, the same bytes for every server: `%s`.", ints(m.Concurrencies), m.RequestBody),
+		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take turns in the order capsnap, floor, OPA-Envoy, capsnap + envelope, capsnap + envelope under a grant, and back again, each turn half of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all of them alike (the two envelope capsnaps are those of [Signed envelope](#signed-envelope-issue-16)). The load counts requests and the harness kills a run past its deadline (a failure); it fails too on any error, denial or status other than OK.", m.GRPCWarmup, m.GRPCRun),
 		"No denial is ever measured by accident: any gRPC error or non-OK status fails the benchmark; capsnap's own `capsnap_decisions_total` must count exactly the run's requests as allowed and none denied; the floor and OPA-Envoy (deterministic on one request) must allow it before and after. Both capsnap and OPA-Envoy must also deny a refund over the cap and a call under an unknown epoch, so that neither passes for doing nothing.",
 		"Server CPU time is utime + stime from `/proc/PID/stat` over the measured turns, divided by their requests; it is good to a clock tick (10 ms) per turn, a few percent at worst here. Memory is VmRSS and VmHWM from `/proc/PID/status` after the last turn.",
 		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
@@ -358,11 +404,11 @@ func methodSection(b *strings.Builder, r *Results) {
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
 		storeMethod(r),
-		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while ghz loads them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
+		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
 	} {
 		fmt.Fprintf(b, "- %s\n", line)
 	}
-	fmt.Fprintf(b, "\nRerun: `make bench`. It installs Envoy, ghz and OPA-Envoy when they are missing, builds everything, and rewrites this file and `docs/benchmarks-latency.svg`.\n")
+	fmt.Fprintf(b, "\nRerun: `make bench`. It installs Envoy, ghz (the cross-check) and OPA-Envoy when they are missing, builds everything, and rewrites this file and `docs/benchmarks-latency.svg`.\n")
 }
 
 // signedDur is Dur of a difference, which may be negative.

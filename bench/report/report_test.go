@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/bench/ghz"
 	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/mcpload"
 )
 
@@ -24,9 +24,9 @@ func sample() *Results {
 	}
 	for _, c := range r.Method.Concurrencies {
 		r.GRPC = append(r.GRPC,
-			GRPCRun{Server: Capsnap, Concurrency: c, Report: ghz.Report{Count: 900, RPS: 900, P50: 110 * time.Microsecond, P99: 400 * time.Microsecond}, CPUPerCheck: 20 * time.Microsecond},
-			GRPCRun{Server: Floor, Concurrency: c, Report: ghz.Report{Count: 1000, RPS: 1000, P50: 100 * time.Microsecond, P99: 350 * time.Microsecond}, CPUPerCheck: 10 * time.Microsecond},
-			GRPCRun{Server: OPA, Concurrency: c, Report: ghz.Report{Count: 300, RPS: 300, P50: 900 * time.Microsecond, P99: 3 * time.Millisecond}, CPUPerCheck: 150 * time.Microsecond},
+			GRPCRun{Server: Capsnap, Concurrency: c, Report: grpcload.Report{Count: 900, RPS: 900, P50: 110 * time.Microsecond, P99: 400 * time.Microsecond}, CPUPerCheck: 20 * time.Microsecond},
+			GRPCRun{Server: Floor, Concurrency: c, Report: grpcload.Report{Count: 1000, RPS: 1000, P50: 100 * time.Microsecond, P99: 350 * time.Microsecond}, CPUPerCheck: 10 * time.Microsecond},
+			GRPCRun{Server: OPA, Concurrency: c, Report: grpcload.Report{Count: 300, RPS: 300, P50: 900 * time.Microsecond, P99: 3 * time.Millisecond}, CPUPerCheck: 150 * time.Microsecond},
 		)
 	}
 	for i, m := range Modes {
@@ -282,9 +282,9 @@ func TestEnvelopeSection(t *testing.T) {
 	r := sample()
 	for _, c := range r.Method.Concurrencies {
 		r.GRPC = append(r.GRPC, GRPCRun{Server: CapsnapEnvelope, Concurrency: c,
-			Report: ghz.Report{Count: 800, RPS: 800, P50: 150 * time.Microsecond, P99: 500 * time.Microsecond}, CPUPerCheck: 60 * time.Microsecond},
+			Report: grpcload.Report{Count: 800, RPS: 800, P50: 150 * time.Microsecond, P99: 500 * time.Microsecond}, CPUPerCheck: 60 * time.Microsecond},
 			GRPCRun{Server: CapsnapGrant, Concurrency: c,
-				Report: ghz.Report{Count: 850, RPS: 850, P50: 120 * time.Microsecond, P99: 450 * time.Microsecond}, CPUPerCheck: 30 * time.Microsecond})
+				Report: grpcload.Report{Count: 850, RPS: 850, P50: 120 * time.Microsecond, P99: 450 * time.Microsecond}, CPUPerCheck: 30 * time.Microsecond})
 	}
 	bench := func(pkg, name string, metrics map[string]float64) gobench.Result {
 		return gobench.Result{Pkg: "github.com/capsnap/capsnap/" + pkg, Name: name, Metrics: metrics}

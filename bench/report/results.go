@@ -6,8 +6,8 @@ package report
 import (
 	"time"
 
-	"github.com/capsnap/capsnap/bench/ghz"
 	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/mcpload"
 	"github.com/capsnap/capsnap/bench/proc"
 )
@@ -49,12 +49,15 @@ type Results struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Machine Machine       `json:"machine"`
 	// Method holds the run's parameters, for the report's method section.
-	Method       Method           `json:"method"`
-	GRPC         []GRPCRun        `json:"grpc"`
-	Envoy        []EnvoyRun       `json:"envoy"`
-	Scale        []gobench.Result `json:"scale"`
-	HotPath      []gobench.Result `json:"hot_path"`
-	Invalidation Invalidation     `json:"invalidation"`
+	Method Method    `json:"method"`
+	GRPC   []GRPCRun `json:"grpc"`
+	// GhzCrossCheck is capsnap and the floor at the highest concurrency
+	// under ghz, the load GRPC's replaced.
+	GhzCrossCheck []GRPCRun        `json:"ghz_cross_check"`
+	Envoy         []EnvoyRun       `json:"envoy"`
+	Scale         []gobench.Result `json:"scale"`
+	HotPath       []gobench.Result `json:"hot_path"`
+	Invalidation  Invalidation     `json:"invalidation"`
 	// Delivery is tools/list through the response path, against the
 	// same Envoy without it.
 	Delivery Delivery `json:"delivery"`
@@ -119,7 +122,7 @@ type Method struct {
 type GRPCRun struct {
 	Server      string `json:"server"`
 	Concurrency int    `json:"concurrency"`
-	ghz.Report
+	grpcload.Report
 	// CPU is the server's user+system CPU time over the measured run, and
 	// CPUPerCheck that over the requests (good to proc.Tick over the run).
 	CPU         time.Duration `json:"cpu_ns"`

@@ -47,7 +47,7 @@ func SVG(r *Results) []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", chartW, chartH, chartW, chartH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="15" font-weight="bold">Latency per request: p50 (solid) and p99 (pale), log scale</text>`+"\n", plotL)
-	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">make bench, %s: Check over gRPC (ghz) and MCP tools/call through Envoy</text>`+"\n", plotL, html.EscapeString(r.Machine.Date))
+	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">make bench, %s: Check over gRPC (checkload) and MCP tools/call through Envoy</text>`+"\n", plotL, html.EscapeString(r.Machine.Date))
 	axis(&b, lo, hi, y)
 	x := float64(plotL + 20)
 	for _, g := range groups {

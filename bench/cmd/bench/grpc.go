@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/bench/report"
 	"github.com/capsnap/capsnap/envelope"
@@ -20,7 +21,7 @@ import (
 // Concurrencies of the Check over gRPC.
 var concurrencies = []int{1, 16, 64}
 
-// ghz run sizes: a fixed warm-up, and measured runs sized from its rate,
+// Load run sizes: a fixed warm-up, and measured runs sized from its rate,
 // within these bounds.
 const (
 	warmupRequests = 2000
@@ -28,7 +29,7 @@ const (
 	maxRequests    = 500_000
 )
 
-// grpcTarget is one server under ghz.
+// grpcTarget is one server under load.
 type grpcTarget struct {
 	name   string
 	addr   string
@@ -39,11 +40,11 @@ type grpcTarget struct {
 	// capsnap is set for capsnap, whose metrics then prove that it
 	// allowed every request of a run.
 	capsnap *capsnapServer
-	// req and in, if set, are the target's own request and ghz input in
+	// req and in, if set, are the target's own request and load input in
 	// place of the shared ones: a second capsnap mints its own snapshot,
 	// whose epoch the request must name.
 	req *authv3.CheckRequest
-	in  *ghzInput
+	in  *loadInput
 }
 
 // request is the request t is sent: its own, or shared.
@@ -54,8 +55,8 @@ func (t grpcTarget) request(shared *authv3.CheckRequest) *authv3.CheckRequest {
 	return shared
 }
 
-// input is what ghz sends t: its own, or shared.
-func (t grpcTarget) input(shared ghzInput) ghzInput {
+// input is what the load sends t: its own, or shared.
+func (t grpcTarget) input(shared loadInput) loadInput {
 	if t.in != nil {
 		return *t.in
 	}
@@ -96,7 +97,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := h.ghzFiles(req)
+	files, err := h.loadFiles(req)
 	if err != nil {
 		return err
 	}
@@ -116,11 +117,15 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 		}
 		for _, run := range runs {
 			h.results.GRPC = append(h.results.GRPC, run)
-			h.logf("   %-13s c=%-3d %8.0f Checks/s  p50 %-9s p99 %-9s CPU/Check %s", run.Server, c, run.RPS,
-				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck))
+			h.logf("   %-13s c=%-3d %8.0f Checks/s  p50 %-9s p99 %-9s CPU/Check %s, the load's %s", run.Server, c, run.RPS,
+				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck), report.Dur(run.ClientCPU/time.Duration(run.Count)))
 		}
 	}
 	c := concurrencies[len(concurrencies)-1]
+	h.logf("   cross-check: capsnap and the floor under ghz at c=%d", c)
+	if h.results.GhzCrossCheck, err = h.ghzCrossCheck(ctx, []grpcTarget{capsnap, floor}, c, files); err != nil {
+		return fmt.Errorf("ghz cross-check: %w", err)
+	}
 	h.logf("   profiling capsnap and the floor at c=%d", c)
 	h.results.LiveProfile, h.results.CPUBreakdown, err = h.liveProfile(ctx, targets, c, files, req)
 	return err
@@ -132,7 +137,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 // capsnap signs the envelope of every allowed call with a key written for
 // it; under a grant, billing has a grant key written for it too.
 func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, done *cleanups) (grpcTarget, string, error) {
-	// ghz talks to capsnap directly, with no Envoy and so no response
+	// The load talks to capsnap directly, with no Envoy and so no response
 	// path: the snapshot the Checks name is minted at the tools/list
 	// Check, from capsnap's view of the catalog.
 	policy, err := os.ReadFile(demoPolicy)
@@ -188,7 +193,7 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, 
 // with its own snapshot and request (shared's protoset), and checks that
 // its allowed Check carries an envelope, and a grant if under one; it
 // records the headers' sizes.
-func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, shared ghzInput, done *cleanups) (grpcTarget, error) {
+func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, shared loadInput, done *cleanups) (grpcTarget, error) {
 	t, epoch, err := h.capsnapTarget(ctx, billingURL, server, done)
 	if err != nil {
 		return t, err
@@ -229,7 +234,7 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string,
 	if err != nil {
 		return t, err
 	}
-	in := ghzInput{protoset: shared.protoset, data: filepath.Join(h.o.out, file)}
+	in := loadInput{protoset: shared.protoset, data: filepath.Join(h.o.out, file)}
 	t.in = &in
 	return t, os.WriteFile(in.data, data, 0o644)
 }
@@ -284,21 +289,22 @@ func verifyCapsnap(ctx context.Context, cs *capsnapServer, before [2]float64, n 
 	return nil
 }
 
-// ghzInput are the files ghz reads: the protoset and the request.
-type ghzInput struct{ protoset, data string }
+// loadInput are the files the load reads: the request, and the protoset
+// ghz needs besides.
+type loadInput struct{ protoset, data string }
 
-// ghzFiles writes the protoset and req as protojson: the same bytes are
+// loadFiles writes the protoset and req as protojson: the same bytes are
 // sent to every server.
-func (h *harness) ghzFiles(req *authv3.CheckRequest) (ghzInput, error) {
+func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
 	ps, err := ghz.Protoset()
 	if err != nil {
-		return ghzInput{}, err
+		return loadInput{}, err
 	}
 	data, err := protojson.Marshal(req)
 	if err != nil {
-		return ghzInput{}, err
+		return loadInput{}, err
 	}
-	in := ghzInput{protoset: filepath.Join(h.work, "external_auth.protoset"), data: filepath.Join(h.o.out, "check-request.json")}
+	in := loadInput{protoset: filepath.Join(h.work, "external_auth.protoset"), data: filepath.Join(h.o.out, "check-request.json")}
 	if err := os.WriteFile(in.protoset, ps, 0o644); err != nil {
 		return in, err
 	}
@@ -311,9 +317,9 @@ func (h *harness) ghzFiles(req *authv3.CheckRequest) (ghzInput, error) {
 // target's run, so that a machine that gets busier or quieter weighs on
 // every server alike. Each run is sized from its target's warm-up rate
 // to take about grpcRun.
-func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
+func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
 	runs := make([]report.GRPCRun, len(targets))
-	reports := make([][]ghz.Report, len(targets))
+	reports := make([][]grpcload.Report, len(targets))
 	half := make([]int, len(targets))
 	for i, t := range targets {
 		n, err := h.warmUp(ctx, t, c, t.input(in), t.request(req), h.o.grpcRun)
@@ -331,7 +337,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 		order = append(order, len(targets)-1-i)
 	}
 	for _, i := range order {
-		rep, cpu, err := h.turn(ctx, targets[i], c, targets[i].input(in), half[i])
+		rep, cpu, err := h.turn(ctx, targets[i], h.loadRun(targets[i], c, targets[i].input(in), half[i]))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
 		}
@@ -348,7 +354,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 		if err != nil {
 			return nil, err
 		}
-		runs[i].Report, runs[i].Memory = ghz.Merge(reports[i]...), mem
+		runs[i].Report, runs[i].Memory = grpcload.Merge(reports[i]...), mem
 		runs[i].CPUPerCheck = runs[i].CPU / time.Duration(runs[i].Count)
 	}
 	return runs, nil
@@ -356,35 +362,78 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 
 // warmUp checks that t allows req, runs a discarded warm-up, and returns
 // how many requests a run of about d is at its rate.
-func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest, d time.Duration) (int, error) {
+func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in loadInput, req *authv3.CheckRequest, d time.Duration) (int, error) {
 	if err := checkOnce(ctx, t.client, req); err != nil {
 		return 0, fmt.Errorf("the Check before the run: %w", err)
 	}
-	warm, err := h.ghzRun(t, c, in, warmupRequests).Do(ctx)
+	warm, err := h.loadRun(t, c, in, warmupRequests).Do(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("warm-up: %w", err)
 	}
 	return min(max(int(warm.RPS*d.Seconds()), minRequests), maxRequests), nil
 }
 
-// turn is one measured ghz run of n requests, with the server's CPU time
-// over it; capsnap's metrics must show that it allowed every one.
-func (h *harness) turn(ctx context.Context, t grpcTarget, c int, in ghzInput, n int) (ghz.Report, time.Duration, error) {
+// ghzCrossCheck loads targets with ghz at concurrency c, in turns as
+// concurrency does, each turn as many requests as half of the target's
+// measured run at c made: the figures of the load ghz was, beside the
+// load that replaced it.
+func (h *harness) ghzCrossCheck(ctx context.Context, targets []grpcTarget, c int, in loadInput) ([]report.GRPCRun, error) {
+	runs := make([]report.GRPCRun, len(targets))
+	reports := make([][]grpcload.Report, len(targets))
+	for i, t := range targets {
+		runs[i] = report.GRPCRun{Server: t.name, Concurrency: c}
+		for _, r := range h.results.GRPC {
+			if r.Server == t.name && r.Concurrency == c {
+				runs[i].Count = r.Count / 2
+			}
+		}
+		if runs[i].Count == 0 {
+			return nil, fmt.Errorf("%s was not measured at c=%d", t.name, c)
+		}
+		if _, err := h.ghzRun(t, c, t.input(in), warmupRequests).Do(ctx); err != nil {
+			return nil, fmt.Errorf("%s: warm-up: %w", t.name, err)
+		}
+	}
+	for _, i := range []int{0, 1, 1, 0} {
+		rep, cpu, err := h.turn(ctx, targets[i], h.ghzRun(targets[i], c, targets[i].input(in), runs[i].Count))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
+		}
+		reports[i] = append(reports[i], rep)
+		runs[i].CPU += cpu
+	}
+	for i, r := range runs {
+		runs[i].Report = grpcload.Merge(reports[i]...)
+		runs[i].CPUPerCheck = r.CPU / time.Duration(runs[i].Count)
+		h.logf("   ghz: %-13s c=%-3d %8.0f Checks/s  p99 %-9s CPU/Check %s, ghz's %s", r.Server, c, runs[i].RPS,
+			report.Dur(runs[i].P99), report.Dur(runs[i].CPUPerCheck), report.Dur(runs[i].ClientCPU/time.Duration(runs[i].Count)))
+	}
+	return runs, nil
+}
+
+// loader is one run of a load: grpcload's, or ghz's.
+type loader interface {
+	Do(context.Context) (grpcload.Report, error)
+}
+
+// turn is one measured run against t, with the server's CPU time over it;
+// capsnap's metrics must show that it allowed every request.
+func (h *harness) turn(ctx context.Context, t grpcTarget, run loader) (grpcload.Report, time.Duration, error) {
 	if err := t.proc.gone(); err != nil {
-		return ghz.Report{}, 0, err
+		return grpcload.Report{}, 0, err
 	}
 	var before [2]float64
 	var err error
 	if t.capsnap != nil {
 		if before[0], before[1], err = t.capsnap.decisions(ctx); err != nil {
-			return ghz.Report{}, 0, err
+			return grpcload.Report{}, 0, err
 		}
 	}
 	cpu0, err := proc.CPU(t.proc.Pid())
 	if err != nil {
-		return ghz.Report{}, 0, err
+		return grpcload.Report{}, 0, err
 	}
-	rep, err := h.ghzRun(t, c, in, n).Do(ctx)
+	rep, err := run.Do(ctx)
 	if err != nil {
 		return rep, 0, err
 	}
@@ -400,10 +449,18 @@ func (h *harness) turn(ctx context.Context, t grpcTarget, c int, in ghzInput, n 
 	return rep, cpu1 - cpu0, nil
 }
 
-// ghzRun is a run of n requests against t. The deadline is generous: a
+// loadRun is a run of n requests against t. The deadline is generous: a
 // run is sized to take half of grpcRun at the warm-up's rate, and a noisy
 // machine may halve that rate.
-func (h *harness) ghzRun(t grpcTarget, c int, in ghzInput, n int) ghz.Run {
-	return ghz.Run{Bin: h.ghz, Protoset: in.protoset, Data: in.data, Target: t.addr, Concurrency: c,
-		Total: n, Deadline: max(4*h.o.grpcRun, 30*time.Second)}
+func (h *harness) loadRun(t grpcTarget, c int, in loadInput, n int) grpcload.Run {
+	return grpcload.Run{Bin: h.checkload, Data: in.data, Target: t.addr, Concurrency: c,
+		Total: n, Deadline: h.runDeadline()}
 }
+
+// ghzRun is loadRun's run made by ghz, the cross-check.
+func (h *harness) ghzRun(t grpcTarget, c int, in loadInput, n int) ghz.Run {
+	return ghz.Run{Bin: h.ghz, Protoset: in.protoset, Data: in.data, Target: t.addr, Concurrency: c,
+		Total: n, Deadline: h.runDeadline()}
+}
+
+func (h *harness) runDeadline() time.Duration { return max(4*h.o.grpcRun, 30*time.Second) }

@@ -41,7 +41,7 @@ var (
 		report.TargetCPU:        liveProfile,
 		report.TargetCPUFloor:   liveProfile,
 		// Through Envoy, capsnap's part is the Check the live profile
-		// shows, under ghz rather than Envoy.
+		// shows, under the gRPC load rather than Envoy.
 		report.TargetEnvoy:  liveProfile,
 		report.TargetBudget: checkProfile,
 		report.TargetDeployed: {

@@ -13,21 +13,21 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/capsnap/capsnap/bench/ghz"
+	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/report"
 )
 
-// profileWindow is how long each live server is profiled, inside a ghz run
+// profileWindow is how long each live server is profiled, inside a load run
 // that starts before it and outlasts it.
 const profileWindow = 5 * time.Second
 
 // liveProfile profiles capsnap and the floor (net/http/pprof, CPU) while
-// ghz loads each at concurrency c: the gap between them as it arises in
+// the load drives each at concurrency c: the gap between them as it arises in
 // the running server, transport, audit writes and garbage collector
 // included, which no in-process benchmark shows. These runs are not
 // measured; they come after the measured ones.
 // It also breaks each server's CPU per Check into cpuParts.
-func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in ghzInput, req *authv3.CheckRequest) (*report.Profile, []report.CPUPart, error) {
+func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) (*report.Profile, []report.CPUPart, error) {
 	var what, top, cmds []string
 	perCheck := map[string]map[string]time.Duration{}
 	for _, t := range targets {
@@ -63,7 +63,7 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, 
 		parts = append(parts, report.CPUPart{Part: p.part, Capsnap: perCheck[report.Capsnap][p.part], Floor: perCheck[report.Floor][p.part]})
 	}
 	return &report.Profile{
-		What: fmt.Sprintf("CPU profiles of the running servers, %v each while ghz loaded them at concurrency %d (%s), top 25 functions of each. "+
+		What: fmt.Sprintf("CPU profiles of the running servers, %v each while the load drove them at concurrency %d (%s), top 25 functions of each. "+
 			"Divide a function's time by the rate and the window for its cost per Check.", profileWindow, c, strings.Join(what, ", ")),
 		Command: strings.Join(cmds, " && "),
 		Top:     strings.Join(top, "\n\n"),
@@ -147,26 +147,26 @@ func parseTop(out string) (time.Duration, map[string]time.Duration, error) {
 	return total, cum, nil
 }
 
-// profileUnderLoad runs ghz against t for about twice the profile window
+// profileUnderLoad runs the load against t for about twice the profile window
 // at its warm-up rate, and saves a CPU profile taken in the middle of it.
-func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in ghzInput, req *authv3.CheckRequest, file string) (ghz.Report, error) {
+func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in loadInput, req *authv3.CheckRequest, file string) (grpcload.Report, error) {
 	n, err := h.warmUp(ctx, t, c, in, req, 2*profileWindow)
 	if err != nil {
-		return ghz.Report{}, err
+		return grpcload.Report{}, err
 	}
 	type result struct {
-		rep ghz.Report
+		rep grpcload.Report
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := h.ghzRun(t, c, in, n).Do(ctx)
+		rep, err := h.loadRun(t, c, in, n).Do(ctx)
 		done <- result{rep, err}
 	}()
 	select {
 	case <-time.After(profileWindow / 4):
 	case r := <-done:
-		return r.rep, fmt.Errorf("ghz ended before the profile began: %v", r.err)
+		return r.rep, fmt.Errorf("the load ended before the profile began: %v", r.err)
 	}
 	perr := fetchProfile(ctx, t.pprofURL, file)
 	r := <-done

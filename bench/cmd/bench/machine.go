@@ -35,6 +35,7 @@ func (h *harness) findBinaries(context.Context) error {
 		{&h.billing, filepath.Join(h.o.bin, "billing"), "make bench builds it"},
 		{&h.noop, filepath.Join(h.o.bin, "noop"), "make bench builds it from bench/noop"},
 		{&h.mcpfixture, filepath.Join(h.o.bin, "mcpfixture"), "make bench builds it from testbed/cmd/mcpfixture"},
+		{&h.checkload, filepath.Join(h.o.bin, "checkload"), "make bench builds it from bench/cmd/checkload"},
 		{&h.ghz, filepath.Join(h.o.peers, "ghz"), "make peers installs it"},
 		{&h.opaEnvoy, filepath.Join(h.o.peers, "opa_envoy"), "make peers builds it"},
 	} {

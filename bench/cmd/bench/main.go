@@ -29,7 +29,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/out", "directory for results.json, logs and profiles")
 	flag.StringVar(&o.report, "report", "BENCHMARKS.md", "the report to write")
 	flag.StringVar(&o.svg, "svg", "docs/benchmarks-latency.svg", "the latency chart to write")
-	flag.DurationVar(&o.grpcRun, "grpc-run", 4*time.Second, "how long each measured ghz run should take")
+	flag.DurationVar(&o.grpcRun, "grpc-run", 4*time.Second, "how long each measured gRPC load run should take")
 	flag.DurationVar(&o.envoyRun, "envoy-run", 5*time.Second, "how long each measured run through Envoy takes at most")
 	flag.IntVar(&o.trials, "trials", 20, "invalidation trials")
 	flag.Parse()

@@ -1,0 +1,205 @@
+// Package grpcload is make bench's load on Envoy's ext_authz Check over
+// gRPC: a fixed number of Checks kept in flight on one connection, each
+// answer decoded in full by protobuf-go's generated code, as Envoy decodes
+// it with its own. It runs as its own process (bench/cmd/checkload), so
+// that its CPU is its own, and reports every request's latency.
+//
+// It replaced ghz as the load of the Check over gRPC (issue 17): ghz
+// decodes each answer into a dynamic message, which costs it several
+// times what the server spent answering, in proportion to the answer's
+// fields rather than to the server's work. make bench still runs ghz once
+// at the highest concurrency as a cross-check (package ghz).
+package grpcload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/status"
+)
+
+// Result is what one run measured, as the load process writes it for the
+// harness: every request's latency, in the order they were started, the
+// run's wall time, and its failures.
+type Result struct {
+	Total     time.Duration   `json:"total_ns"`
+	Latencies []time.Duration `json:"latencies_ns"`
+	// Errors counts requests that failed, by what went wrong; Codes
+	// counts requests by their gRPC status.
+	Errors map[string]int `json:"errors,omitempty"`
+	Codes  map[string]int `json:"status_codes"`
+}
+
+// Denied is the error a Check answered with a denial counts under: make
+// bench measures allowed Checks only.
+const Denied = "the Check was denied"
+
+// Generate sends req on client total times, concurrency at a time, each
+// with timeout, and returns what it measured. It stops early, with what it
+// has, when ctx ends.
+func Generate(ctx context.Context, client authv3.AuthorizationClient, req *authv3.CheckRequest, concurrency, total int, timeout time.Duration) Result {
+	lat := make([]time.Duration, total)
+	codes := make([]string, total)
+	failed := make([]string, total)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(concurrency, total) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= total {
+					return
+				}
+				lat[i], codes[i], failed[i] = check(ctx, client, req, timeout)
+			}
+		})
+	}
+	wg.Wait()
+	r := Result{Total: time.Since(start), Errors: map[string]int{}, Codes: map[string]int{}}
+	for i := range min(int(next.Load()), total) {
+		r.Latencies = append(r.Latencies, lat[i])
+		r.Codes[codes[i]]++
+		if failed[i] != "" {
+			r.Errors[failed[i]]++
+		}
+	}
+	if len(r.Errors) == 0 {
+		r.Errors = nil
+	}
+	return r
+}
+
+// check makes one Check and returns its latency, its gRPC status and, if
+// it failed or was denied, why.
+func check(ctx context.Context, client authv3.AuthorizationClient, req *authv3.CheckRequest, timeout time.Duration) (time.Duration, string, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.Now()
+	resp, err := client.Check(ctx, req)
+	d := time.Since(t)
+	switch {
+	case err != nil:
+		st := status.Convert(err)
+		return d, st.Code().String(), st.Message()
+	case resp.GetStatus().GetCode() != 0 || resp.GetDeniedResponse() != nil:
+		// Envoy allows on an OK status; OPA-Envoy's allow sets no
+		// ok_response when it has no headers to add.
+		return d, "OK", Denied
+	}
+	return d, "OK", ""
+}
+
+// Report is what make bench keeps of one or several runs of the same load.
+type Report struct {
+	Count      int            `json:"count"`
+	RPS        float64        `json:"rps"`
+	Mean       time.Duration  `json:"mean_ns"`
+	P50        time.Duration  `json:"p50_ns"`
+	P99        time.Duration  `json:"p99_ns"`
+	Slowest    time.Duration  `json:"slowest_ns"`
+	Total      time.Duration  `json:"total_ns"`
+	Errors     map[string]int `json:"errors,omitempty"`
+	StatusCode map[string]int `json:"status_codes"`
+	// ClientCPU is the CPU time the load process used, decoding every
+	// answer included.
+	ClientCPU time.Duration `json:"client_cpu_ns"`
+	// latencies are every request's, sorted: what Merge needs to take
+	// percentiles over several runs.
+	latencies []time.Duration
+}
+
+// Report summarizes r.
+func (r Result) Report() Report {
+	return Merge(Report{
+		Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes,
+		latencies: slices.Sorted(slices.Values(r.Latencies)),
+	})
+}
+
+// ParseResult reads a Result as the load process writes it.
+func ParseResult(b []byte) (Result, error) {
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("load result: %w", err)
+	}
+	return r, nil
+}
+
+// Merge is one report of several runs of the same load: their requests
+// over their time, and percentiles over all their latencies.
+func Merge(reps ...Report) Report {
+	m := Report{Errors: map[string]int{}, StatusCode: map[string]int{}}
+	for _, r := range reps {
+		m.Count += r.Count
+		m.Total += r.Total
+		m.ClientCPU += r.ClientCPU
+		m.Slowest = max(m.Slowest, r.Slowest)
+		m.latencies = append(m.latencies, r.latencies...)
+		for k, v := range r.Errors {
+			m.Errors[k] += v
+		}
+		for k, v := range r.StatusCode {
+			m.StatusCode[k] += v
+		}
+	}
+	if len(m.Errors) == 0 {
+		m.Errors = nil
+	}
+	if m.Total > 0 {
+		m.RPS = float64(m.Count) / m.Total.Seconds()
+	}
+	slices.Sort(m.latencies)
+	if n := len(m.latencies); n > 0 {
+		var sum time.Duration
+		for _, d := range m.latencies {
+			sum += d
+		}
+		m.Mean = sum / time.Duration(n)
+		m.P50, m.P99 = percentile(m.latencies, 50), percentile(m.latencies, 99)
+		m.Slowest = max(m.Slowest, m.latencies[n-1])
+	}
+	return m
+}
+
+// percentile is the nearest rank, as ghz takes its own.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	rank := (len(sorted)*p+99)/100 - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// Failed is an error if the run made no request, or if any request
+// failed, was denied or ended with a status other than OK: the benchmark
+// measures allowed Checks only.
+func (r Report) Failed() error {
+	if r.Count == 0 {
+		return fmt.Errorf("no request was made")
+	}
+	var bad []string
+	for msg, n := range r.Errors {
+		bad = append(bad, fmt.Sprintf("%d× error %q", n, msg))
+	}
+	counted := 0
+	for code, n := range r.StatusCode {
+		counted += n
+		if code != "OK" {
+			bad = append(bad, fmt.Sprintf("%d× status %s", n, code))
+		}
+	}
+	if counted != r.Count {
+		bad = append(bad, fmt.Sprintf("%d without a status", r.Count-counted))
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("%d requests, of which failed: %s", r.Count, strings.Join(bad, "; "))
+	}
+	return nil
+}
