@@ -153,7 +153,7 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 	if d.fail != nil {
 		return d.denied(form)
 	}
-	var set, toClient []*corev3.HeaderValueOption
+	a := &allowedAnswer{}
 	switch {
 	case d.tool != "":
 		// Through handler start: the upstream gets exactly what was
@@ -169,28 +169,63 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 				HeaderPolicyDigest, k.policyDigest,
 			)
 		})
-		switch {
-		case d.grant != "":
-			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch, envelope.Header, d.envelope, envelope.GrantHeader, d.grant)
-		case d.envelope != "":
-			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch, envelope.Header, d.envelope)
-		default:
-			set = overwrite(common, HeaderPrincipal, d.principal, HeaderEpoch, d.snapshot.Epoch)
+		a.http.Headers = append(a.set[:0], common...)
+		a.add(HeaderPrincipal, d.principal)
+		a.add(HeaderEpoch, d.snapshot.Epoch)
+		if d.envelope != "" {
+			a.add(envelope.Header, d.envelope)
+		}
+		if d.grant != "" {
+			a.add(envelope.GrantHeader, d.grant)
 		}
 	case d.snapshot != nil:
-		toClient = overwrite(nil,
+		a.http.ResponseHeadersToAdd = overwrite(nil,
 			HeaderEpoch, d.snapshot.Epoch,
 			HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339),
 		)
 	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code.Code_OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			Headers:              set,
-			HeadersToRemove:      d.removeClientHeaders(set),
-			ResponseHeadersToAdd: toClient,
-		}},
-	}
+	a.http.HeadersToRemove = d.removeClientHeaders(a.http.Headers)
+	a.status.Code = int32(code.Code_OK)
+	a.ok.OkResponse = &a.http
+	a.resp.Status, a.resp.HttpResponse = &a.status, &a.ok
+	return &a.resp
+}
+
+// allowedAnswer is an allowed answer's messages, and room for the headers
+// of an allowed call, in one allocation: every allowed request makes one.
+type allowedAnswer struct {
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
+	ok     authv3.CheckResponse_OkResponse
+	http   authv3.OkHttpResponse
+	// set has room for the shared pin headers and a call's own: the
+	// principal, the epoch, the envelope and its grant.
+	set  [pinHeaderCount + ownHeaders]*corev3.HeaderValueOption
+	own  [ownHeaders]header
+	owns int
+}
+
+// add appends a header that replaces any the request has.
+func (a *allowedAnswer) add(k, v string) {
+	h := &a.own[a.owns]
+	a.owns++
+	h.val.Key, h.val.Value = k, v
+	h.opt.Header = &h.val
+	h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	a.http.Headers = append(a.http.Headers, &h.opt)
+}
+
+// pinHeaderCount is the shared pin headers' count; ownHeaders the most
+// headers of a call's own.
+const (
+	pinHeaderCount = 5
+	ownHeaders     = 4
+)
+
+// header is one header capsnap sets, its option and value together.
+type header struct {
+	opt corev3.HeaderValueOption
+	val corev3.HeaderValue
 }
 
 // removeClientHeaders lists the client's x-capsnap-* headers that capsnap
@@ -215,10 +250,6 @@ outer:
 // one allocation: this is on every request.
 func overwrite(shared []*corev3.HeaderValueOption, kv ...string) []*corev3.HeaderValueOption {
 	n := len(kv) / 2
-	type header struct {
-		opt corev3.HeaderValueOption
-		val corev3.HeaderValue
-	}
 	hs := make([]header, n)
 	out := make([]*corev3.HeaderValueOption, len(shared), len(shared)+n)
 	copy(out, shared)
