@@ -143,7 +143,7 @@ func ghzSection(b *strings.Builder, r *Results) {
 	c := r.GhzCrossCheck[0].Concurrency
 	fmt.Fprintf(b, "\n### The load, and ghz\n\n")
 	fmt.Fprintf(b, "Until issue 17 the load was ghz. ghz decodes each answer into a dynamic message (protoreflect), whose cost grows with the answer's fields, not with the server's work: "+
-		"capsnap's allowed answer carries its pins as seven upstream headers and as eight entries of dynamic metadata (a Struct, which access logs and the response path's matcher read), the floor's carries nothing. "+
+		"capsnap's allowed answer carries its pins as seven upstream headers and again in seven entries of dynamic metadata (a Struct, which access logs and the response path's matcher read), the floor's carries nothing. "+
 		"So under ghz the load, which shares the %d cores, spent far more per Check of capsnap than of the floor, and the throughput ratio measured ghz's decoder more than either server. "+
 		"The load now decodes as Envoy does, with generated code. ghz still runs once, on capsnap and the floor at concurrency %d, in turns after the measured runs; its figures:\n\n", r.Machine.Cores, c)
 	var rows [][]string
