@@ -2,7 +2,6 @@ package checkcodec
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 
@@ -10,13 +9,13 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/capsnap/capsnap/testbed"
 )
 
 // recorder is an Authorization server that keeps the last request it was
@@ -58,20 +57,10 @@ func (raw) Unmarshal(data mem.BufferSlice, v any) error {
 // serve starts a gRPC server on Codec, as cmd/capsnap does, with rec and
 // a health service, and dials it.
 func serve(t *testing.T, rec *recorder) *grpc.ClientConn {
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
-	authv3.RegisterAuthorizationServer(gs, rec)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testbed.InMemoryGRPC(t, func(gs *grpc.Server) {
+		authv3.RegisterAuthorizationServer(gs, rec)
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+	}, grpc.ForceServerCodecV2(Codec{}))
 }
 
 func TestCodecOnAServer(t *testing.T) {

@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -10,10 +9,9 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/capsnap/capsnap/checkcodec"
+	"github.com/capsnap/capsnap/testbed"
 )
 
 // BenchmarkCheckOverGRPC is the allowed refund through a gRPC server and
@@ -69,19 +67,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // grpcClient serves srv on an in-memory listener, with opts, and dials it.
 func grpcClient(b *testing.B, srv authv3.AuthorizationServer, opts ...grpc.ServerOption) authv3.AuthorizationClient {
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(opts...)
-	authv3.RegisterAuthorizationServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	b.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	return authv3.NewAuthorizationClient(conn)
+	return authv3.NewAuthorizationClient(testbed.InMemoryGRPC(b, func(gs *grpc.Server) { authv3.RegisterAuthorizationServer(gs, srv) }, opts...))
 }
 
 // allowAll is the floor: it allows every Check and does nothing else.

@@ -2,18 +2,16 @@ package extproc
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/testbed"
 )
 
 // recorder is a Decider that answers with a fixed delivery and remembers
@@ -35,18 +33,7 @@ func (r *recorder) Deliver(ticket string, head extauthz.ResponseHead, body []byt
 // stream opens one ext_proc stream to a Server over d, through gRPC.
 func stream(t *testing.T, d Decider) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, New(d))
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return lis.Dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d)) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)

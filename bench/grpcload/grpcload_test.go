@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,9 +12,9 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/capsnap/capsnap/testbed"
 )
 
 // server answers the nth Check (from 1) with answer(n).
@@ -39,19 +38,7 @@ func denied() *authv3.CheckResponse {
 
 // client is an Authorization client of s, in memory.
 func client(t *testing.T, s *server) authv3.AuthorizationClient {
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(g, s)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return authv3.NewAuthorizationClient(conn)
+	return authv3.NewAuthorizationClient(testbed.InMemoryGRPC(t, func(gs *grpc.Server) { authv3.RegisterAuthorizationServer(gs, s) }))
 }
 
 func TestGenerate(t *testing.T) {
