@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/gowebpki/jcs"
 )
@@ -81,7 +82,7 @@ const pooledCap = 64 << 10
 
 func (c *canon) release() {
 	c.in = nil
-	const nodeSize, intSize = 32, 8 // on 64-bit platforms
+	const nodeSize, intSize = int(unsafe.Sizeof(node{})), int(unsafe.Sizeof(0))
 	if cap(c.out) > pooledCap || cap(c.text) > pooledCap || cap(c.nodes)*nodeSize > pooledCap || cap(c.order)*intSize > pooledCap {
 		return
 	}

@@ -337,17 +337,24 @@ func BenchmarkSealParts(b *testing.B) {
 // A JWKS URL that cannot be fetched refuses the envelope as invalid (an
 // *Error, as every refusal), and is not fetched again by every call.
 func TestUnreachableJWKS(t *testing.T) {
+	a := loadKeys(t, "key-a.pem")
 	var fetches atomic.Int32
+	var up atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fetches.Add(1)
-		http.Error(w, "down", http.StatusServiceUnavailable)
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write(a.JWKS())
 	}))
 	defer srv.Close()
-	v, err := NewVerifier(VerifierOptions{Audience: "billing", JWKSURL: srv.URL, Now: func() time.Time { return now }})
+	at := now
+	v, err := NewVerifier(VerifierOptions{Audience: "billing", JWKSURL: srv.URL, Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _ := loadKeys(t, "key-a.pem").Seal(claims())
+	token, _ := a.Seal(claims())
 	for range 3 {
 		var e *Error
 		if _, err := v.Verify(Presented{Envelope: token}, refundCall); !errors.As(err, &e) || e.Reason != Invalid {
@@ -356,5 +363,14 @@ func TestUnreachableJWKS(t *testing.T) {
 	}
 	if n := fetches.Load(); n != 1 {
 		t.Errorf("%d fetches in the same second, want 1", n)
+	}
+	// A failed fetch is tried again a second later, not only at Refresh.
+	up.Store(true)
+	at = now.Add(2 * time.Second)
+	if _, err := v.Verify(Presented{Envelope: token}, refundCall); err != nil {
+		t.Fatalf("the JWKS back: %v", err)
+	}
+	if n := fetches.Load(); n != 2 {
+		t.Errorf("%d fetches, want 2", n)
 	}
 }

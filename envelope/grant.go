@@ -120,9 +120,9 @@ type Grant struct {
 	Claims GrantClaims
 	// header is the envelopes' protected header, encoded, and its ".".
 	header []byte
-	// macs are HMAC-SHA256 states under the call key, reset for reuse:
-	// keying one costs two hash blocks and four allocations.
-	macs sync.Pool
+	// seals are sealers under the call key, reused: keying an HMAC costs
+	// two hash blocks and four allocations.
+	seals sync.Pool
 }
 
 // Grant signs g as a grant to r, with a fresh call key; g.Issuer,
@@ -158,7 +158,7 @@ func (k *Keys) Grant(g GrantClaims, r *Recipient) (*Grant, error) {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
 	out := &Grant{Token: token, Claims: g, header: append(base64.RawURLEncoding.AppendEncode(nil, header), '.')}
-	out.macs.New = func() any { return hmac.New(sha256.New, key) }
+	out.seals.New = func() any { return &sealer{mac: hmac.New(sha256.New, key)} }
 	return out, nil
 }
 
@@ -182,17 +182,30 @@ func (g *Grant) Seal(c *CallClaims) (string, error) {
 		}
 	}
 	enc := base64.RawURLEncoding
-	token := make([]byte, 0, len(g.header)+enc.EncodedLen(len(payload))+1+enc.EncodedLen(sha256.Size))
-	token = append(token, g.header...)
+	s := g.seals.Get().(*sealer)
+	defer g.seals.Put(s)
+	token := append(s.buf[:0], g.header...)
 	token = enc.AppendEncode(token, payload)
-	mac := g.macs.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write(token)
-	var sum [sha256.Size]byte
+	s.mac.Reset()
+	s.mac.Write(token)
 	token = append(token, '.')
-	token = enc.AppendEncode(token, mac.Sum(sum[:0]))
-	g.macs.Put(mac)
+	token = enc.AppendEncode(token, s.mac.Sum(s.sum[:0]))
+	if cap(token) <= maxKeptToken {
+		s.buf = token
+	}
 	return string(token), nil
+}
+
+// maxKeptToken bounds the room a sealer keeps: a token is a few hundred
+// bytes but for a request id that is not.
+const maxKeptToken = 4096
+
+// sealer is what sealing one call needs besides its claims: the keyed
+// HMAC, and room for its sum and the token, kept between calls.
+type sealer struct {
+	mac hash.Hash
+	sum [sha256.Size]byte
+	buf []byte
 }
 
 // appendJSON appends what json.Marshal makes of c, byte for byte, when
@@ -326,11 +339,7 @@ func (v *Verifier) underGrant(grantToken, token string) (*Claims, error) {
 	if err != nil {
 		return nil, err
 	}
-	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.HS256})
-	if err != nil {
-		return nil, refuse(Invalid, "not a compact HS256 JWS under the grant: %v", err)
-	}
-	h, err := oneSignature(jws, CallType)
+	jws, h, err := parseOne(token, jose.HS256, CallType)
 	if err != nil {
 		return nil, err
 	}

@@ -1,15 +1,22 @@
 package envelope
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
 )
 
 func grantClaims() GrantClaims {
@@ -143,9 +150,16 @@ func TestGrantServesManyCallsOnce(t *testing.T) {
 	}
 	g := grant(t, a, loadRecipient(t, "grant-key-a.pub.pem"), nil)
 	first := seal(t, g, callClaims(""))
+	var opened *openGrant
 	for i, token := range []string{first, seal(t, g, callClaims(""))} {
 		if _, err := v.Verify(Presented{token, g.Token}, refundCall); err != nil {
 			t.Fatalf("call %d: %v", i, err)
+		}
+		// Opened again, the grant would be kept anew.
+		if kept := v.grants.get(g.Token); kept == nil || opened != nil && kept != opened {
+			t.Fatalf("call %d: the grant was opened again", i)
+		} else {
+			opened = kept
 		}
 	}
 	if n := len(v.grants.m); n != 1 {
@@ -264,5 +278,158 @@ func TestCallClaimsJSON(t *testing.T) {
 	plainCall := CallClaims{Grant: "g", ID: "j", ArgsDigest: "sha256:00", RequestID: json.RawMessage(`7`)}
 	if _, ok := plainCall.appendJSON(nil); !ok {
 		t.Error("the claims capsnap seals fell back to json.Marshal")
+	}
+}
+
+// Grants and calls made by hand, each refused where it is wrong: what
+// Keys.Grant and Grant.Seal never make, a forger might.
+func TestGrantRefusals(t *testing.T) {
+	a := loadKeys(t, "key-a.pem")
+	jwks := writeJWKS(t, a)
+	billing := loadRecipient(t, "grant-key-a.pub.pem")
+	v, err := NewVerifier(VerifierOptions{Audience: "billing", JWKSFile: jwks, Now: func() time.Time { return now },
+		GrantKeyFiles: []string{filepath.Join("testdata", "grant-key-a.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// signed is a grant with claims gc, signed as Keys.Grant signs.
+	signed := func(gc GrantClaims) string {
+		gc.Issuer = Issuer
+		payload, err := json.Marshal(gc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := signCompact(a.grantSigner, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+	// callKey is key encrypted to the grant key in file, labelled kid.
+	callKey := func(file, kid string, key []byte) string {
+		enc, err := jose.NewEncrypter(jose.A256GCM, jose.Recipient{Algorithm: jose.ECDH_ES, Key: grantPublic(t, file), KeyID: kid}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jwe, err := enc.Encrypt(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := jwe.CompactSerialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kidA := grantKeyID(t, "grant-key-a.pub.pem")
+	key := make([]byte, callKeySize)
+	with := func(edit func(*GrantClaims)) string {
+		gc := grantClaims()
+		gc.ID, gc.CallKey = "grant-x", callKey("grant-key-a.pub.pem", kidA, key)
+		edit(&gc)
+		return signed(gc)
+	}
+	// A genuine grant, and envelopes MAC'd by hand under its call key.
+	g := grant(t, a, billing, nil)
+	if _, err := v.Verify(Presented{seal(t, g, callClaims("call-0")), g.Token}, refundCall); err != nil {
+		t.Fatal(err)
+	}
+	mac := func(kid, payload string) string {
+		header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","kid":"` + kid + `","typ":"` + CallType + `"}`))
+		signing := header + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+		h := hmac.New(sha256.New, v.grants.get(g.Token).key)
+		h.Write([]byte(signing))
+		return signing + "." + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	}
+	call, err := json.Marshal(callClaims("call-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(call, &fields); err != nil {
+		t.Fatal(err)
+	}
+	claimsWith := func(k string, val any) string {
+		m := maps.Clone(fields)
+		m["grant"] = g.Claims.ID
+		m[k] = val
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+
+	for _, tt := range []struct {
+		name      string
+		presented Presented
+		detail    string
+	}{
+		{"a grant without a call key", Presented{"x", with(func(c *GrantClaims) { c.CallKey = "" })}, "a grant claim is missing"},
+		{"a grant without a jti", Presented{"x", with(func(c *GrantClaims) { c.ID = "" })}, "a grant claim is missing"},
+		{"a call key that is not a JWE", Presented{"x", with(func(c *GrantClaims) { c.CallKey = "x.y" })}, "not a compact ECDH-ES/A256GCM JWE"},
+		{"a call key for another server's grant key, labelled as ours", Presented{"x", with(func(c *GrantClaims) {
+			c.CallKey = callKey("grant-key-b.pub.pem", kidA, key)
+		})}, "does not decrypt"},
+		{"a call key of the wrong size", Presented{"x", with(func(c *GrantClaims) {
+			c.CallKey = callKey("grant-key-a.pub.pem", kidA, key[:16])
+		})}, "does not decrypt"},
+		{"call claims with a member more", Presented{mac(g.Claims.ID, claimsWith("extra", 1)), g.Token}, "unknown field"},
+		{"call claims naming another grant", Presented{mac(g.Claims.ID, claimsWith("grant", "grant-other")), g.Token}, "names grant"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := v.Verify(tt.presented, refundCall)
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != Invalid || !strings.Contains(e.Detail, tt.detail) {
+				t.Fatalf("Verify = %v, want %s: …%s…", err, Invalid, tt.detail)
+			}
+		})
+	}
+}
+
+// grantPublic is the public grant key in testdata's file.
+func grantPublic(t *testing.T, file string) any {
+	t.Helper()
+	der, err := readPEM(filepath.Join("testdata", file), "PUBLIC KEY", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// grantKeyID is the kid of the grant key in file: its RFC 7638 thumbprint.
+func grantKeyID(t *testing.T, file string) string {
+	t.Helper()
+	kid, err := thumbprint(grantPublic(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kid
+}
+
+// A full grant cache drops the expired grants first, and starts over only
+// if every grant is live.
+func TestGrantCacheFull(t *testing.T) {
+	var c grantCache
+	live, expired := &openGrant{claims: GrantClaims{Expiry: now.Add(time.Minute).Unix()}}, &openGrant{claims: GrantClaims{Expiry: now.Add(-time.Minute).Unix()}}
+	for i := range maxGrants {
+		g := live
+		if i%2 == 1 {
+			g = expired
+		}
+		c.put(fmt.Sprint(i), g, now)
+	}
+	c.put("one more", live, now)
+	if n := len(c.m); n != maxGrants/2+1 || c.get("0") != live || c.get("1") != nil || c.get("one more") != live {
+		t.Fatalf("after the expired were dropped: %d grants, 0 %v, 1 %v", n, c.get("0"), c.get("1"))
+	}
+	var full grantCache
+	for i := range maxGrants {
+		full.put(fmt.Sprint(i), live, now)
+	}
+	full.put("one more", live, now)
+	if n := len(full.m); n != 1 || full.get("one more") != live {
+		t.Fatalf("a cache of live grants did not start over: %d grants", n)
 	}
 }

@@ -270,11 +270,7 @@ func (v *Verifier) whole(token string) (*Claims, error) {
 // verifySigned checks token as a compact EdDSA JWS of type typ under a
 // key of the JWKS, and returns its payload.
 func (v *Verifier) verifySigned(token, typ string) ([]byte, error) {
-	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
-	if err != nil {
-		return nil, refuse(Invalid, "not a compact EdDSA JWS: %v", err)
-	}
-	h, err := oneSignature(jws, typ)
+	jws, h, err := parseOne(token, jose.EdDSA, typ)
 	if err != nil {
 		return nil, err
 	}
@@ -289,15 +285,21 @@ func (v *Verifier) verifySigned(token, typ string) ([]byte, error) {
 	return payload, nil
 }
 
-func oneSignature(jws *jose.JSONWebSignature, typ string) (jose.Header, error) {
+// parseOne parses token as a compact JWS of one signature, by alg, of
+// type typ, and returns it and its protected header.
+func parseOne(token string, alg jose.SignatureAlgorithm, typ string) (*jose.JSONWebSignature, jose.Header, error) {
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{alg})
+	if err != nil {
+		return nil, jose.Header{}, refuse(Invalid, "not a compact %s JWS: %v", alg, err)
+	}
 	if len(jws.Signatures) != 1 {
-		return jose.Header{}, refuse(Invalid, "%d signatures, want one", len(jws.Signatures))
+		return nil, jose.Header{}, refuse(Invalid, "%d signatures, want one", len(jws.Signatures))
 	}
 	h := jws.Signatures[0].Protected
 	if got, _ := h.ExtraHeaders[jose.HeaderType].(string); got != typ {
-		return jose.Header{}, refuse(Invalid, "typ %q, want %q", got, typ)
+		return nil, jose.Header{}, refuse(Invalid, "typ %q, want %q", got, typ)
 	}
-	return h, nil
+	return jws, h, nil
 }
 
 // decodeStrict reads claims that must have no member but those named.
