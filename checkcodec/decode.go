@@ -109,7 +109,8 @@ func decodeAttributes(b []byte, m *authv3.AttributeContext, depth int) error {
 				err = decodeRequest(v, m.Request, depth-1)
 			}
 		case num == 10 && typ == protowire.BytesType && depth > 0: // context_extensions
-			n, err = decodeStringMap(b, &m.ContextExtensions, 0, depth-1)
+			// Out of depth, an entry is skipField's to refuse.
+			n, err = decodeStringMap(b, &m.ContextExtensions, 0)
 		case num == 11 && typ == protowire.BytesType: // metadata_context
 			// Its Structs are protobuf-go's own to decode: a JWT's claims
 			// are read from there, and only when the principal is.
@@ -195,11 +196,8 @@ func decodeHTTP(rest []byte, m *authv3.AttributeContext_HttpRequest, depth int) 
 		case num == 2 && typ == protowire.BytesType: // method
 			m.Method, n, err = consumeString(rest)
 		case num == 3 && typ == protowire.BytesType && depth > 0: // headers
-			hint := 0
-			if _, k := protowire.ConsumeBytes(rest); k > 0 && m.Headers == nil {
-				hint = 1 + count(rest[k:], 3)
-			}
-			n, err = decodeStringMap(rest, &m.Headers, hint, depth-1)
+			// Out of depth, an entry is skipField's to refuse.
+			n, err = decodeStringMap(rest, &m.Headers, 3)
 		case num == 11 && typ == protowire.BytesType: // body
 			m.Body, n, err = consumeString(rest)
 		case num == 12 && typ == protowire.BytesType: // raw_body
@@ -207,7 +205,7 @@ func decodeHTTP(rest []byte, m *authv3.AttributeContext_HttpRequest, depth int) 
 			if v, n = protowire.ConsumeBytes(rest); n < 0 {
 				return errDecode
 			}
-			// A copy: the gRPC buffer b is in goes back to its pool when
+			// A copy: the gRPC buffer rest is in goes back to its pool when
 			// Decode returns. An empty one is nil, as protobuf-go leaves
 			// a proto3 bytes field.
 			m.RawBody = append([]byte(nil), v...)
@@ -235,18 +233,18 @@ func consumeString(b []byte) (string, int, error) {
 }
 
 // decodeStringMap reads one entry of a map<string, string> field, whose
-// bytes start b, into *m, in a decoder with depth recursion left (the
-// entry's level already counted, as protobuf-go's consumeMap does). A
-// new map is made with room for hint entries.
-func decodeStringMap(b []byte, m *map[string]string, hint, depth int) (int, error) {
+// bytes start b, into *m. A new map is made with room for this entry and,
+// if sibling is not 0, for every later field numbered sibling in b: the
+// map's other entries.
+func decodeStringMap(b []byte, m *map[string]string, sibling protowire.Number) (int, error) {
 	v, n := protowire.ConsumeBytes(b)
 	if n < 0 {
 		return 0, errDecode
 	}
 	var key, val string
 	for len(v) > 0 {
-		num, typ, k := protowire.ConsumeTag(v)
-		if k < 0 || num > protowire.MaxValidNumber {
+		num, typ, k := consumeTag(v)
+		if k < 0 {
 			return 0, errDecode
 		}
 		v = v[k:]
@@ -265,6 +263,10 @@ func decodeStringMap(b []byte, m *map[string]string, hint, depth int) (int, erro
 		v = v[k:]
 	}
 	if *m == nil {
+		hint := 0
+		if sibling != 0 {
+			hint = 1 + count(b[n:], sibling)
+		}
 		*m = make(map[string]string, hint)
 	}
 	(*m)[key] = val

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -125,25 +126,26 @@ func marshal(tb testing.TB, m proto.Message) []byte {
 
 // read is req's fields that Decode reads (Read), and only those, as a
 // CheckRequest: what the decision can see of req. A message that is
-// present stays present, even if empty.
+// present stays present, even if empty. It is made from Read itself, so
+// that a path added there is held to protobuf-go too.
 func read(req *authv3.CheckRequest) *authv3.CheckRequest {
-	a := req.GetAttributes()
-	if a == nil {
-		return &authv3.CheckRequest{}
-	}
-	out := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		ContextExtensions: a.ContextExtensions,
-		MetadataContext:   a.MetadataContext,
-	}}
-	if a.Source != nil {
-		out.Attributes.Source = &authv3.AttributeContext_Peer{Principal: a.Source.Principal}
-	}
-	if r := a.Request; r != nil {
-		out.Attributes.Request = &authv3.AttributeContext_Request{}
-		if h := r.Http; h != nil {
-			out.Attributes.Request.Http = &authv3.AttributeContext_HttpRequest{
-				Method: h.Method, Headers: h.Headers, Body: h.Body, RawBody: h.RawBody,
+	out := &authv3.CheckRequest{}
+	for _, path := range Read {
+		src, dst := req.ProtoReflect(), out.ProtoReflect()
+		names := strings.Split(path, ".")
+		for i, name := range names {
+			fd := src.Descriptor().Fields().ByName(protoreflect.Name(name))
+			if fd == nil {
+				panic("checkcodec.Read names no field " + path)
 			}
+			if !src.Has(fd) {
+				break
+			}
+			if i == len(names)-1 {
+				dst.Set(fd, src.Get(fd))
+				break
+			}
+			src, dst = src.Get(fd).Message(), dst.Mutable(fd).Message()
 		}
 	}
 	return out

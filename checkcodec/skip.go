@@ -99,14 +99,11 @@ func enforceUTF8(fd protoreflect.FieldDescriptor) bool {
 // consumeTag reads a field's tag as protobuf-go's message decoder does: a
 // field number outside 1..2^29-1 is an error.
 func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	v, n := protowire.ConsumeVarint(b)
-	if n < 0 {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num > protowire.MaxValidNumber {
 		return 0, 0, -1
 	}
-	if num := v >> 3; num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
-		return 0, 0, -1
-	}
-	return protowire.Number(v >> 3), protowire.Type(v & 7), n
+	return num, typ, n
 }
 
 // skipMessage checks b as a whole message of type m, whose decoder has
@@ -205,8 +202,8 @@ func (f *field) skip(typ protowire.Type, b []byte, depth int) (int, error) {
 // recursion left (the entry's level already counted).
 func skipEntry(key, val *field, b []byte, depth int) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num > protowire.MaxValidNumber {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
 			return errDecode
 		}
 		b = b[n:]
