@@ -17,8 +17,6 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-
-	"github.com/capsnap/capsnap/mcpparse"
 )
 
 // Schema is one compiled inputSchema.
@@ -64,23 +62,6 @@ func Compile(inputSchema []byte) (*Schema, error) {
 // Direct reports whether the schema has a direct check, for tests and
 // benchmarks.
 func (s *Schema) Direct() bool { return s.direct != nil }
-
-// Check decodes arguments (numbers as json.Number, so that bounds are
-// exact) and validates them. It returns the decoded object for the policy's
-// constraints. Empty arguments are the empty object.
-func (s *Schema) Check(arguments []byte) (map[string]any, error) {
-	if len(arguments) == 0 {
-		arguments = []byte("{}")
-	}
-	args, err := mcpparse.DecodeObject(arguments)
-	if err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
-	}
-	if err := s.Validate(args); err != nil {
-		return nil, err
-	}
-	return args, nil
-}
 
 // Validate holds arguments already decoded (mcpparse.DecodeObject's
 // values) to the schema.

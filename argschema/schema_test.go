@@ -2,11 +2,14 @@ package argschema
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/capsnap/capsnap/mcpparse"
 )
 
 const refundSchema = `{"type":"object","properties":{"order_id":{"type":"string"},"amount":{"type":"number","exclusiveMinimum":0},"reason_code":{"type":"string"}},"required":["order_id","amount","reason_code"],"additionalProperties":false}`
@@ -51,19 +54,19 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := mustCompile(t, tt.schema).Check([]byte(tt.args))
+			_, err := check(mustCompile(t, tt.schema), []byte(tt.args))
 			switch {
 			case tt.want == "" && err != nil:
-				t.Fatalf("Check = %v, want it to pass", err)
+				t.Fatalf("check = %v, want it to pass", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("Check = %v, want an error mentioning %q", err, tt.want)
+				t.Fatalf("check = %v, want an error mentioning %q", err, tt.want)
 			}
 		})
 	}
 }
 
 func TestCheckDecodesNumbersExactly(t *testing.T) {
-	args, err := mustCompile(t, refundSchema).Check([]byte(`{"order_id":"A","amount":40.10,"reason_code":"x"}`))
+	args, err := check(mustCompile(t, refundSchema), []byte(`{"order_id":"A","amount":40.10,"reason_code":"x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +180,23 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Check(args); err != nil {
+				if _, err := check(s, args); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+}
+
+// check decodes arguments as capsnap does (mcpparse, numbers as
+// json.Number) and validates them, as extauthz's checkArguments does.
+func check(s *Schema, arguments []byte) (map[string]any, error) {
+	if len(arguments) == 0 {
+		arguments = []byte("{}")
+	}
+	args, err := mcpparse.DecodeObject(arguments)
+	if err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	return args, s.Validate(args)
 }

@@ -46,10 +46,10 @@ func newDigestCache(perGen int) *digestCache {
 	return &digestCache{cur: make(map[[sha256.Size]byte]cachedDigest), perGen: perGen}
 }
 
-// deliveredDigests serves every reader of delivered tools in the process:
-// the response path's and the catalog's own reads of the same server share
-// it, so the catalog's refresh has usually digested what the agent is then
-// delivered.
+// deliveredDigests serves every reader of delivered tools in the process
+// (ReadDelivery): the response path's and the catalog's own reads of the
+// same server's raw lists share it, so the catalog's refresh has usually
+// digested what the agent is then delivered.
 var deliveredDigests = newDigestCache(digestCacheGeneration)
 
 func (c *digestCache) get(k [sha256.Size]byte) (cachedDigest, bool) {
@@ -78,16 +78,10 @@ func (c *digestCache) putLocked(k [sha256.Size]byte, v cachedDigest) {
 	c.cur[k] = v
 }
 
-func (c *digestCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.cur) + len(c.old)
-}
-
 // digest is digestTool for a definition in a checked document,
 // through the cache: its digest and name.
 func (c *digestCache) digest(def []byte) (digest, name string, err error) {
-	k := sha256Of(def)
+	k := sha256.Sum256(def)
 	if v, ok := c.get(k); ok {
 		return v.digest, v.name, nil
 	}
@@ -98,5 +92,3 @@ func (c *digestCache) digest(def []byte) (digest, name string, err error) {
 	c.put(k, cachedDigest{digest, name})
 	return digest, name, nil
 }
-
-func sha256Of(def []byte) [sha256.Size]byte { return sha256.Sum256(def) }

@@ -1,6 +1,7 @@
 package mcpparse
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -82,8 +83,8 @@ func TestDigestCache(t *testing.T) {
 		held := func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			_, inCur := c.cur[sha256Of(hot)]
-			_, inOld := c.old[sha256Of(hot)]
+			_, inCur := c.cur[sha256.Sum256(hot)]
+			_, inOld := c.old[sha256.Sum256(hot)]
 			return inCur || inOld
 		}
 		for i := range 100 * perGen {
@@ -126,4 +127,10 @@ func TestDigestCache(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+func (c *digestCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cur) + len(c.old)
 }

@@ -295,18 +295,13 @@ func readListResponse(doc []byte, resp *answer, id json.RawMessage) (*ToolsList,
 // element, with only its Raw bytes, and the offset just past the array.
 func elementsFrom(data []byte, at int) ([]DeliveredTool, int) {
 	var tools []DeliveredTool
-	i := at + 1
+	e := elements{data: data, pos: at + 1}
 	for {
-		i = skipSpace(data, i)
-		if i < len(data) && data[i] == ',' {
-			i = skipSpace(data, i+1)
+		v, ok := e.next()
+		if !ok {
+			return tools, min(skipSpace(data, e.pos)+1, len(data))
 		}
-		if i >= len(data) || data[i] == ']' {
-			return tools, min(i+1, len(data))
-		}
-		end := skipValue(data, i)
-		tools = append(tools, DeliveredTool{Raw: data[i:end]})
-		i = end
+		tools = append(tools, DeliveredTool{Raw: v})
 	}
 }
 
