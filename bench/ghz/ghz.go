@@ -39,8 +39,7 @@ func (r Run) args() []string {
 		"--data-file", r.Data,
 		"--concurrency", strconv.Itoa(r.Concurrency),
 		"--total", strconv.Itoa(r.Total),
-		// A Check takes microseconds; a stuck one is an error.
-		"--timeout", "5s",
+		"--timeout", grpcload.Timeout.String(),
 		"--format", "json",
 		r.Target,
 	}
@@ -84,7 +83,7 @@ func Parse(b []byte) (grpcload.Report, error) {
 	if len(r.Details) != int(r.Count) {
 		return grpcload.Report{}, fmt.Errorf("ghz report: %d requests but %d details", r.Count, len(r.Details))
 	}
-	res := grpcload.Result{Total: r.Total, Errors: r.ErrorDist, Codes: r.Status}
+	res := grpcload.Result{Total: r.Total, Errors: r.ErrorDist, Codes: r.Status, Latencies: make([]time.Duration, 0, len(r.Details))}
 	for _, d := range r.Details {
 		res.Latencies = append(res.Latencies, d.Latency)
 	}

@@ -24,6 +24,8 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/status"
+
+	"github.com/capsnap/capsnap/bench/mcpload"
 )
 
 // Result is what one run measured, as the load process writes it for the
@@ -119,10 +121,8 @@ type Report struct {
 
 // Report summarizes r.
 func (r Result) Report() Report {
-	return Merge(Report{
-		Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes,
-		latencies: slices.Sorted(slices.Values(r.Latencies)),
-	})
+	// Merge copies and sorts the latencies.
+	return Merge(Report{Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes, latencies: r.Latencies})
 }
 
 // ParseResult reads a Result as the load process writes it.
@@ -142,7 +142,6 @@ func Merge(reps ...Report) Report {
 		m.Count += r.Count
 		m.Total += r.Total
 		m.ClientCPU += r.ClientCPU
-		m.Slowest = max(m.Slowest, r.Slowest)
 		m.latencies = append(m.latencies, r.latencies...)
 		for k, v := range r.Errors {
 			m.Errors[k] += v
@@ -164,16 +163,10 @@ func Merge(reps ...Report) Report {
 			sum += d
 		}
 		m.Mean = sum / time.Duration(n)
-		m.P50, m.P99 = percentile(m.latencies, 50), percentile(m.latencies, 99)
-		m.Slowest = max(m.Slowest, m.latencies[n-1])
+		m.P50, m.P99 = mcpload.Percentile(m.latencies, 50), mcpload.Percentile(m.latencies, 99)
+		m.Slowest = m.latencies[n-1]
 	}
 	return m
-}
-
-// percentile is the nearest rank, as ghz takes its own.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	rank := (len(sorted)*p+99)/100 - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 // Failed is an error if the run made no request, or if any request

@@ -68,6 +68,8 @@ func Exec(ctx context.Context, bin string, args []string, total int, deadline ti
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	// Killed, it may leave a child holding its output open: stop waiting.
+	cmd.WaitDelay = time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -53,27 +53,26 @@ func envelopeSection(b *strings.Builder, r *Results) {
 		fmt.Fprintf(b, "Not run: no %s and %s among the hot path's results.\n", BenchCheckEnvelopeOff, BenchCheckEnvelopeOn)
 	} else {
 		fmt.Fprintf(b, "BenchmarkCheckAllowed's refund, decided by the same extauthz server without and with an envelope key.\n\n")
-		diff := func(unit string) string {
-			return fmt.Sprintf("%+.0f", on.Metrics[unit]-off.Metrics[unit])
+		diff := func(x gobench.Result, unit string) string {
+			return fmt.Sprintf("%+.0f", x.Metrics[unit]-off.Metrics[unit])
 		}
-		rows := [][]string{
-			{"envelope off", nsop(off), metric(off, "B/op"), metric(off, "allocs/op")},
-			{"envelope on", nsop(on), metric(on, "B/op"), metric(on, "allocs/op")},
-			{"on − off", signed(time.Duration(on.Metrics["ns/op"] - off.Metrics["ns/op"])), diff("B/op"), diff("allocs/op")},
-			{"on ÷ off", ratioOf(on.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(on.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(on.Metrics["allocs/op"], off.Metrics["allocs/op"])},
+		// vsOff is x's row, and x against off.
+		vsOff := func(label string, x gobench.Result) [][]string {
+			return [][]string{
+				{label, nsop(x), metric(x, "B/op"), metric(x, "allocs/op")},
+				{label + " − off", signed(time.Duration(x.Metrics["ns/op"] - off.Metrics["ns/op"])), diff(x, "B/op"), diff(x, "allocs/op")},
+				{label + " ÷ off", ratioOf(x.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(x.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(x.Metrics["allocs/op"], off.Metrics["allocs/op"])},
+			}
 		}
+		rows := append([][]string{{"envelope off", nsop(off), metric(off, "B/op"), metric(off, "allocs/op")}}, vsOff("envelope on", on)...)
 		grant, okGrant := gobench.Find(r.HotPath, BenchCheckGrant)
 		if okGrant {
-			rows = append(rows,
-				[]string{"under a grant", nsop(grant), metric(grant, "B/op"), metric(grant, "allocs/op")},
-				[]string{"under a grant − off", signed(time.Duration(grant.Metrics["ns/op"] - off.Metrics["ns/op"])),
-					fmt.Sprintf("%+.0f", grant.Metrics["B/op"]-off.Metrics["B/op"]), fmt.Sprintf("%+.0f", grant.Metrics["allocs/op"]-off.Metrics["allocs/op"])},
-				[]string{"under a grant ÷ off", ratioOf(grant.Metrics["ns/op"], off.Metrics["ns/op"]), ratioOf(grant.Metrics["B/op"], off.Metrics["B/op"]), ratioOf(grant.Metrics["allocs/op"], off.Metrics["allocs/op"])})
+			rows = append(rows, vsOff("under a grant", grant)...)
 		}
 		table(b, []string{"allowed Check", "per Check", "B/op", "allocs/op"}, rows)
 		added := on.Metrics["ns/op"] - off.Metrics["ns/op"]
 		fmt.Fprintf(b, "\nThe envelope signed whole adds %s and %s allocations to each allowed Check in process (%s → %s).",
-			signed(time.Duration(added)), diff("allocs/op"), nsop(off), nsop(on))
+			signed(time.Duration(added)), diff(on, "allocs/op"), nsop(off), nsop(on))
 		mint, okMint := gobench.Find(r.HotPath, BenchGrantMint)
 		callSeal, okCallSeal := gobench.Find(r.HotPath, BenchGrantSeal)
 		if okGrant && okMint && okCallSeal {

@@ -62,6 +62,15 @@ func TestEvaluate(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s", tg.ID, tg.Status, tg.Measured, want[tg.ID])
 		}
 	}
+	// Concurrency 1 is judged for the CPU against the floor alone, and
+	// for nothing else.
+	r.GRPC[0].RPS = 500
+	if tg := target(t, r, TargetThroughput); tg.Status != Met {
+		t.Errorf("throughput judged at c=1: %+v", tg)
+	}
+	if tg := target(t, r, TargetCPUFloor); tg.Measured != "2.00× at c=1" {
+		t.Errorf("CPU against the floor: %+v", tg)
+	}
 	// One concurrency over the line misses the target.
 	r.GRPC[3].RPS = 800
 	if tg := Evaluate(r)[0]; tg.Status != Missed || !strings.Contains(tg.Measured, "0.80× at c=16") {
@@ -304,7 +313,7 @@ func TestEnvelopeSection(t *testing.T) {
 		"## Signed envelope (issue 16)",
 		"| envelope off | 7.00 µs | 2000 | 22 |",
 		"| envelope on | 57 µs | 12000 | 100 |",
-		"| on − off | +50 µs | +10000 | +78 |",
+		"| envelope on − off | +50 µs | +10000 | +78 |",
 		"The envelope signed whole adds +50 µs and +78 allocations",
 		"| under a grant | 12 µs | 5000 | 60 |",
 		"| under a grant − off | +5.00 µs | +3000 | +38 |",
@@ -334,6 +343,32 @@ func mustContain(t *testing.T, md string, wants ...string) {
 	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// The cross-check sets ghz's figures beside the load's, server by server
+// and as capsnap over the floor; without it, nothing names the section.
+func TestGhzSection(t *testing.T) {
+	r := sample()
+	if md := string(Markdown(r, "chart.svg")); strings.Contains(md, "the-load-and-ghz") {
+		t.Fatal("a run without the cross-check links to it")
+	}
+	for i := range r.GRPC {
+		r.GRPC[i].ClientCPU = time.Duration(r.GRPC[i].Count) * 30 * time.Microsecond
+	}
+	r.GhzCrossCheck = []GRPCRun{
+		{Server: Capsnap, Concurrency: 64, Report: grpcload.Report{Count: 100, RPS: 450, P99: 800 * time.Microsecond, ClientCPU: 15 * time.Millisecond}, CPUPerCheck: 30 * time.Microsecond},
+		{Server: Floor, Concurrency: 64, Report: grpcload.Report{Count: 100, RPS: 900, P99: 400 * time.Microsecond, ClientCPU: 5 * time.Millisecond}, CPUPerCheck: 20 * time.Microsecond},
+	}
+	md := string(Markdown(r, "chart.svg"))
+	for _, want := range []string{
+		"[The load, and ghz](#the-load-and-ghz)", "### The load, and ghz",
+		"| capsnap | 450 | 800 µs | 30 µs | 150 µs | 900 | 400 µs | 20 µs | 30 µs |",
+		"| capsnap ÷ floor (noop) | 0.50× | 2.00× | 1.50× | 3.00× | 0.90× | 1.14× | 2.00× | 1.00× |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
 		}
 	}
 }

@@ -71,6 +71,9 @@ const MaxAddedListingP50 = time.Millisecond
 // only CPU against the floor's.
 var judgedAt = []int{16, 64}
 
+// atJudged names judgedAt in the targets' thresholds.
+var atJudged = "at " + strings.ReplaceAll(ints(judgedAt), ", ", " and ") + " concurrent"
+
 // The Go benchmarks the targets read.
 const (
 	BenchCheckAllowed  = "BenchmarkCheckAllowed"
@@ -118,15 +121,15 @@ type Profile struct {
 func Evaluate(r *Results) []Target {
 	return []Target{
 		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's",
-			fmt.Sprintf("≥ %.2f× the floor's at 16 and 64 concurrent", MinThroughputRatio), judgedAt,
+			fmt.Sprintf("≥ %.2f× the floor's %s", MinThroughputRatio, atJudged), judgedAt,
 			func(c, f, _ GRPCRun) (float64, bool) { return c.RPS / f.RPS, c.RPS >= MinThroughputRatio*f.RPS }),
 		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's",
-			fmt.Sprintf("≤ %.1f× the floor's at 16 and 64 concurrent", MaxP99Ratio), judgedAt,
+			fmt.Sprintf("≤ %.1f× the floor's %s", MaxP99Ratio, atJudged), judgedAt,
 			func(c, f, _ GRPCRun) (float64, bool) {
 				return float64(c.P99) / float64(f.P99), float64(c.P99) <= MaxP99Ratio*float64(f.P99)
 			}),
 		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's",
-			fmt.Sprintf("≤ %.1f× OPA-Envoy's at 16 and 64 concurrent", MaxCPURatio), judgedAt,
+			fmt.Sprintf("≤ %.1f× OPA-Envoy's %s", MaxCPURatio, atJudged), judgedAt,
 			func(c, _, o GRPCRun) (float64, bool) {
 				return float64(c.CPUPerCheck) / float64(o.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPURatio*float64(o.CPUPerCheck)
 			}),

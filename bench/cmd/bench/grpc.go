@@ -144,7 +144,7 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, 
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
-	name, extra, servers := "capsnap-grpc", "discovery: {bind: catalog}\n", ""
+	name, extra, grantKey := "capsnap-grpc", "discovery: {bind: catalog}\n", ""
 	if server != report.Capsnap {
 		name = "capsnap-grpc-envelope"
 		if server == report.CapsnapGrant {
@@ -157,14 +157,14 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, 
 		extra += fmt.Sprintf("envelope: {key_files: [%q]}\n", key)
 	}
 	if server == report.CapsnapGrant {
-		key := filepath.Join(h.work, "billing-grant-key.pem")
+		key := testbed.GrantKeyFile(h.work, "billing")
 		if err := testbed.WriteGrantKey(key); err != nil {
 			return grpcTarget{}, "", err
 		}
-		servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n    grant_key_file: %q\n", billingURL, key+".pub")
+		grantKey = key + ".pub"
 	}
 	cs, err := h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: "{source: mtls}",
-		policy: policy, extra: extra, servers: servers})
+		policy: policy, extra: extra, grantKeyFile: grantKey})
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
@@ -318,8 +318,6 @@ func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
 // every server alike. Each run is sized from its target's warm-up rate
 // to take about grpcRun.
 func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
-	runs := make([]report.GRPCRun, len(targets))
-	reports := make([][]grpcload.Report, len(targets))
 	half := make([]int, len(targets))
 	for i, t := range targets {
 		n, err := h.warmUp(ctx, t, c, t.input(in), t.request(req), h.o.grpcRun)
@@ -327,8 +325,30 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		half[i] = max(n/2, minRequests/2)
-		runs[i] = report.GRPCRun{Server: t.name, Concurrency: c}
 	}
+	runs, err := h.inTurns(ctx, targets, c, half, func(t grpcTarget, n int) loader { return h.loadRun(t, c, t.input(in), n) })
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		// The floor and OPA decide the same request the same way every
+		// time: allowed before and after the run, allowed throughout.
+		if err := checkOnce(ctx, t.client, t.request(req)); err != nil {
+			return nil, fmt.Errorf("%s: the Check after the run: %w", t.name, err)
+		}
+		if runs[i].Memory, err = proc.ReadMemory(t.proc.Pid()); err != nil {
+			return nil, err
+		}
+	}
+	return runs, nil
+}
+
+// inTurns measures targets at concurrency c in turns, in the order A B C …
+// C B A, each turn a run of half[i] requests that run makes: a machine
+// that gets busier or quieter weighs on every server alike.
+func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, half []int, run func(grpcTarget, int) loader) ([]report.GRPCRun, error) {
+	runs := make([]report.GRPCRun, len(targets))
+	reports := make([][]grpcload.Report, len(targets))
 	order := make([]int, 0, 2*len(targets))
 	for i := range targets {
 		order = append(order, i)
@@ -337,7 +357,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 		order = append(order, len(targets)-1-i)
 	}
 	for _, i := range order {
-		rep, cpu, err := h.turn(ctx, targets[i], h.loadRun(targets[i], c, targets[i].input(in), half[i]))
+		rep, cpu, err := h.turn(ctx, targets[i], run(targets[i], half[i]))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
 		}
@@ -345,16 +365,8 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 		runs[i].CPU += cpu
 	}
 	for i, t := range targets {
-		// The floor and OPA decide the same request the same way every
-		// time: allowed before and after the run, allowed throughout.
-		if err := checkOnce(ctx, t.client, t.request(req)); err != nil {
-			return nil, fmt.Errorf("%s: the Check after the run: %w", t.name, err)
-		}
-		mem, err := proc.ReadMemory(t.proc.Pid())
-		if err != nil {
-			return nil, err
-		}
-		runs[i].Report, runs[i].Memory = grpcload.Merge(reports[i]...), mem
+		runs[i].Server, runs[i].Concurrency = t.name, c
+		runs[i].Report = grpcload.Merge(reports[i]...)
 		runs[i].CPUPerCheck = runs[i].CPU / time.Duration(runs[i].Count)
 	}
 	return runs, nil
@@ -378,35 +390,24 @@ func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in loadInput,
 // measured run at c made: the figures of the load ghz was, beside the
 // load that replaced it.
 func (h *harness) ghzCrossCheck(ctx context.Context, targets []grpcTarget, c int, in loadInput) ([]report.GRPCRun, error) {
-	runs := make([]report.GRPCRun, len(targets))
-	reports := make([][]grpcload.Report, len(targets))
+	half := make([]int, len(targets))
 	for i, t := range targets {
-		runs[i] = report.GRPCRun{Server: t.name, Concurrency: c}
-		for _, r := range h.results.GRPC {
-			if r.Server == t.name && r.Concurrency == c {
-				runs[i].Count = r.Count / 2
-			}
-		}
-		if runs[i].Count == 0 {
+		measured, ok := h.results.Run(t.name, c)
+		if !ok {
 			return nil, fmt.Errorf("%s was not measured at c=%d", t.name, c)
 		}
+		half[i] = measured.Count / 2
 		if _, err := h.ghzRun(t, c, t.input(in), warmupRequests).Do(ctx); err != nil {
 			return nil, fmt.Errorf("%s: warm-up: %w", t.name, err)
 		}
 	}
-	for _, i := range []int{0, 1, 1, 0} {
-		rep, cpu, err := h.turn(ctx, targets[i], h.ghzRun(targets[i], c, targets[i].input(in), runs[i].Count))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
-		}
-		reports[i] = append(reports[i], rep)
-		runs[i].CPU += cpu
+	runs, err := h.inTurns(ctx, targets, c, half, func(t grpcTarget, n int) loader { return h.ghzRun(t, c, t.input(in), n) })
+	if err != nil {
+		return nil, err
 	}
-	for i, r := range runs {
-		runs[i].Report = grpcload.Merge(reports[i]...)
-		runs[i].CPUPerCheck = r.CPU / time.Duration(runs[i].Count)
-		h.logf("   ghz: %-13s c=%-3d %8.0f Checks/s  p99 %-9s CPU/Check %s, ghz's %s", r.Server, c, runs[i].RPS,
-			report.Dur(runs[i].P99), report.Dur(runs[i].CPUPerCheck), report.Dur(runs[i].ClientCPU/time.Duration(runs[i].Count)))
+	for _, r := range runs {
+		h.logf("   ghz: %-13s c=%-3d %8.0f Checks/s  p99 %-9s CPU/Check %s, ghz's %s", r.Server, c, r.RPS,
+			report.Dur(r.P99), report.Dur(r.CPUPerCheck), report.Dur(r.ClientCPU/time.Duration(r.Count)))
 	}
 	return runs, nil
 }

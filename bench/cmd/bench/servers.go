@@ -70,6 +70,9 @@ type capsnapSpec struct {
 	// if set, its snapshots section (a YAML flow mapping) in place of
 	// {ttl: 30m} on the memory store.
 	servers, snapshots string
+	// grantKeyFile, if set, is billing's grant_key_file in the default
+	// servers section.
+	grantKeyFile string
 }
 
 // startCapsnapWith starts capsnap as spec says, its one server billing at
@@ -97,6 +100,9 @@ func (h *harness) startCapsnapWith(ctx context.Context, spec capsnapSpec) (*caps
 	servers := spec.servers
 	if servers == "" {
 		servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n", spec.billingURL)
+		if spec.grantKeyFile != "" {
+			servers += fmt.Sprintf("    grant_key_file: %q\n", spec.grantKeyFile)
+		}
 	}
 	snapshots := spec.snapshots
 	if snapshots == "" {
