@@ -3,6 +3,7 @@ package extauthz
 import (
 	"github.com/capsnap/capsnap/argschema"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/internal/bounded"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -10,7 +11,7 @@ import (
 // schema digest: a digest names one definition, so a compiled schema never
 // needs invalidating, only bounding.
 type schemas struct {
-	bounded[string, compiled]
+	bounded.Map[string, compiled]
 }
 
 type compiled struct {
@@ -23,7 +24,7 @@ type compiled struct {
 const maxSchemas = 4096
 
 func (c *schemas) get(digest string, inputSchema []byte) compiled {
-	return c.bounded.get(digest, maxSchemas, func() (string, compiled) {
+	return c.Map.Get(digest, maxSchemas, func() (string, compiled) {
 		s, err := argschema.Compile(inputSchema)
 		return digest, compiled{schema: s, err: err}
 	})

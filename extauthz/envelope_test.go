@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
 )
 
@@ -21,16 +22,9 @@ import (
 func envelopeFixture(t *testing.T, ttl time.Duration, granted bool) (*fixture, *envelope.Verifier) {
 	t.Helper()
 	testdata := filepath.Join("..", "envelope", "testdata")
-	keys, err := envelope.LoadKeys(filepath.Join(testdata, "key-a.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, r := envelopeKeys(t)
 	var grants map[string]*envelope.Recipient
 	if granted {
-		r, err := envelope.LoadRecipient(filepath.Join(testdata, "grant-key-a.pub.pem"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		grants = map[string]*envelope.Recipient{"billing": r}
 	}
 	f := newFixture(t, func(o *Options) { o.Envelope, o.EnvelopeTTL, o.Grants = keys, ttl, grants })
@@ -44,6 +38,22 @@ func envelopeFixture(t *testing.T, ttl time.Duration, granted bool) (*fixture, *
 		t.Fatal(err)
 	}
 	return f, v
+}
+
+// envelopeKeys are envelope/testdata's key-a and the public half of
+// grant-key-a, billing's grant key.
+func envelopeKeys(t testing.TB) (*envelope.Keys, *envelope.Recipient) {
+	t.Helper()
+	testdata := filepath.Join("..", "envelope", "testdata")
+	keys, err := envelope.LoadKeys(filepath.Join(testdata, "key-a.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := envelope.LoadRecipient(filepath.Join(testdata, "grant-key-a.pub.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, r
 }
 
 func presented(o outcome) envelope.Presented {
@@ -193,5 +203,85 @@ func TestOneGrantPerSnapshotAndTool(t *testing.T) {
 	f.list(t, support, "billing", nil)
 	if next := call("refund"); next.Grant == first.Grant {
 		t.Error("a new snapshot's refund reuses the old snapshot's grant")
+	}
+}
+
+// A call whose envelope cannot be sealed is denied envelope_failed and is
+// not recorded for a sequence rule; a call denied after it was sealed
+// carries no envelope, and its audit line names none.
+func TestEnvelopeFailedRecordsNothing(t *testing.T) {
+	keys, r := envelopeKeys(t)
+	f := packFixture(t, func(o *Options) { o.Envelope, o.Grants = keys, map[string]*envelope.Recipient{"billing": r} })
+	f.list(t, support, "billing", nil)
+	lastLine := func() map[string]any {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(f.audit.String()), "\n")
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	refund := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"damaged"}`)
+
+	f.mintGrant = func(envelope.GrantClaims, *envelope.Recipient) (*envelope.Grant, error) {
+		return nil, errors.New("the grant key is gone")
+	}
+	got := f.call(t, argsCall("lookup_order", lookup))
+	if got.reason != deny.EnvelopeFailed || len(got.upstream) != 0 {
+		t.Fatalf("lookup_order with no grant: %q, upstream %v", got.reason, got.upstream)
+	}
+	if line := lastLine(); line["reason"] != string(deny.EnvelopeFailed) || line["envelope"] != nil || line["envelope_grant"] != nil {
+		t.Fatalf("audit line %v", line)
+	}
+
+	f.mintGrant = keys.Grant
+	if got := f.call(t, refund); got.reason != deny.SequenceViolation {
+		t.Fatalf("refund after a lookup_order that was denied: %q", got.reason)
+	}
+	if line := lastLine(); line["envelope"] != nil || line["envelope_grant"] != nil {
+		t.Fatalf("the audit line of a call denied after its seal names an envelope: %v", line)
+	}
+	if got := f.call(t, argsCall("lookup_order", lookup)); got.reason != "" || got.upstream[envelope.GrantHeader] == "" {
+		t.Fatalf("lookup_order: %q, upstream %v", got.reason, got.upstream)
+	}
+	if got := f.call(t, refund); got.reason != "" {
+		t.Fatalf("refund after lookup_order: %q", got.reason)
+	}
+}
+
+// A grant kept for the call's server, epoch and tool that says anything
+// else (here, another principal's) is never sent: the call gets a grant
+// minted for what was verified.
+func TestKeptGrantMustSayWhatWasVerified(t *testing.T) {
+	f, v := envelopeFixture(t, 30*time.Second, true)
+	f.list(t, support, "billing", nil)
+	refund := checkCase{Principal: support, ServerID: "billing", Body: callBody("refund")}
+	first := f.call(t, refund)
+	if first.reason != "" {
+		t.Fatalf("refund denied: %s", first.reason)
+	}
+	k := grantKey{"billing", first.upstream[HeaderEpoch], "refund"}
+	kept, ok := f.grants.Load(k)
+	if !ok || kept.Token != first.upstream[envelope.GrantHeader] {
+		t.Fatal("the call's grant is not kept by server, epoch and tool")
+	}
+	other := kept.Claims
+	other.Subject, other.ID = "spiffe://acme/agent/someone-else", ""
+	planted, err := f.envelope.Grant(other, f.recipients["billing"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.grants.Store(k, planted, maxGrants)
+	next := f.call(t, refund)
+	switch p := presented(next); {
+	case next.reason != "":
+		t.Fatalf("refund denied: %s", next.reason)
+	case p.Grant == planted.Token:
+		t.Fatal("a kept grant for another principal was sent")
+	default:
+		if c, err := v.Verify(p, envelope.Call{Tool: "refund", Arguments: json.RawMessage(validArgs["refund"])}); err != nil || c.Subject != support {
+			t.Fatalf("the grant minted again: %+v, %v", c, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/capsnap/capsnap/internal/bounded"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ type Metrics struct {
 	// used: WithLabelValues hashes and validates four labels under a
 	// read lock that every Check shares, a fifth of a decision's CPU on a
 	// busy server.
-	counters bounded[decisionLabels, prometheus.Counter]
+	counters bounded.Map[decisionLabels, prometheus.Counter]
 	latency  prometheus.Histogram
 	reloads  *prometheus.CounterVec
 	policy   *prometheus.GaugeVec
@@ -37,7 +38,7 @@ type decisionLabels struct{ decision, reason, serverID, effect string }
 // decided counts one decision.
 func (m *Metrics) decided(l decisionLabels) {
 	// The labels are bounded; so is this, should that ever change.
-	m.counters.get(l, 1<<14, func() (decisionLabels, prometheus.Counter) {
+	m.counters.Get(l, 1<<14, func() (decisionLabels, prometheus.Counter) {
 		kept := decisionLabels{l.decision, l.reason, strings.Clone(l.serverID), l.effect}
 		return kept, m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect)
 	}).Inc()
@@ -204,10 +205,12 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.effect != 0 {
 		ev = ev.Str("effect_class", d.effect.String()).Str("policy_digest", d.policyDigest)
 	}
-	if d.envelopeID != "" {
+	// A call denied after it was sealed (a sequence rule, the store)
+	// carries no envelope, and its line names none.
+	if d.fail == nil && d.envelopeID != "" {
 		ev = ev.Str("envelope", d.envelopeID)
 	}
-	if d.grantID != "" {
+	if d.fail == nil && d.grantID != "" {
 		ev = ev.Str("envelope_grant", d.grantID)
 	}
 	if d.staleRead {

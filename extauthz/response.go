@@ -18,6 +18,7 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/internal/bounded"
 	"github.com/capsnap/capsnap/policy"
 )
 
@@ -145,7 +146,7 @@ type pinKey struct {
 // that carries them: marshalling only reads them, and sharing them spares
 // each allowed call most of its response's allocation. Bounded like the
 // schemas, by the catalogs' definitions and the policies in force.
-type pinHeaders = bounded[pinKey, []*corev3.HeaderValueOption]
+type pinHeaders = bounded.Map[pinKey, []*corev3.HeaderValueOption]
 
 const maxPinHeaders = 4096
 
@@ -159,30 +160,28 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 		// Through handler start: the upstream gets exactly what was
 		// verified, so its handler can check the pin against itself.
 		k := pinKey{d.serverID, d.tool, d.digest, d.policyDigest, d.effect}
-		common := pins.get(k, maxPinHeaders, func() (pinKey, []*corev3.HeaderValueOption) {
+		common := pins.Get(k, maxPinHeaders, func() (pinKey, []*corev3.HeaderValueOption) {
 			k := pinKey{strings.Clone(k.serverID), strings.Clone(k.tool), strings.Clone(k.digest), strings.Clone(k.policyDigest), k.effect}
-			return k, overwrite(nil,
-				HeaderServerID, k.serverID,
-				HeaderTool, k.tool,
-				HeaderSchemaDigest, k.digest,
-				HeaderEffectClass, k.effect.String(),
-				HeaderPolicyDigest, k.policyDigest,
-			)
+			vals := [len(pinHeaderKeys)]string{k.serverID, k.tool, k.digest, k.effect.String(), k.policyDigest}
+			kv := make([]string, 0, 2*len(vals))
+			for i, v := range vals {
+				kv = append(kv, pinHeaderKeys[i], v)
+			}
+			return k, overwrite(kv...)
 		})
 		a.http.Headers = append(a.set[:0], common...)
-		a.add(HeaderPrincipal, d.principal)
-		a.add(HeaderEpoch, d.snapshot.Epoch)
+		a.add(&a.http.Headers, HeaderPrincipal, d.principal)
+		a.add(&a.http.Headers, HeaderEpoch, d.snapshot.Epoch)
 		if d.envelope != "" {
-			a.add(envelope.Header, d.envelope)
+			a.add(&a.http.Headers, envelope.Header, d.envelope)
 		}
 		if d.grant != "" {
-			a.add(envelope.GrantHeader, d.grant)
+			a.add(&a.http.Headers, envelope.GrantHeader, d.grant)
 		}
 	case d.snapshot != nil:
-		a.http.ResponseHeadersToAdd = overwrite(nil,
-			HeaderEpoch, d.snapshot.Epoch,
-			HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339),
-		)
+		a.http.ResponseHeadersToAdd = a.set[:0]
+		a.add(&a.http.ResponseHeadersToAdd, HeaderEpoch, d.snapshot.Epoch)
+		a.add(&a.http.ResponseHeadersToAdd, HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339))
 	}
 	a.http.HeadersToRemove = d.removeClientHeaders(a.http.Headers)
 	a.status.Code = int32(code.Code_OK)
@@ -192,7 +191,8 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 }
 
 // allowedAnswer is an allowed answer's messages, and room for the headers
-// of an allowed call, in one allocation: every allowed request makes one.
+// of an allowed call or listing, in one allocation: every allowed request
+// makes one.
 type allowedAnswer struct {
 	resp   authv3.CheckResponse
 	status rpcstatus.Status
@@ -205,20 +205,22 @@ type allowedAnswer struct {
 	owns int
 }
 
-// add appends a header that replaces any the request has.
-func (a *allowedAnswer) add(k, v string) {
-	h := &a.own[a.owns]
+// add appends to list a header that replaces any the request (or, for a
+// listing, the response) has.
+func (a *allowedAnswer) add(list *[]*corev3.HeaderValueOption, k, v string) {
+	*list = append(*list, a.own[a.owns].set(k, v))
 	a.owns++
-	h.val.Key, h.val.Value = k, v
-	h.opt.Header = &h.val
-	h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-	a.http.Headers = append(a.http.Headers, &h.opt)
 }
 
+// pinHeaderKeys are the headers every allowed call of one pin carries
+// alike, shared by their answers (pinHeaders).
+var pinHeaderKeys = [...]string{HeaderServerID, HeaderTool, HeaderSchemaDigest, HeaderEffectClass, HeaderPolicyDigest}
+
 // pinHeaderCount is the shared pin headers' count; ownHeaders the most
-// headers of a call's own.
+// headers an allowed answer has of its own: a call's principal, epoch,
+// envelope and grant, or a listing's epoch and expiry.
 const (
-	pinHeaderCount = 5
+	pinHeaderCount = len(pinHeaderKeys)
 	ownHeaders     = 4
 )
 
@@ -226,6 +228,14 @@ const (
 type header struct {
 	opt corev3.HeaderValueOption
 	val corev3.HeaderValue
+}
+
+// set makes h the header k: v, replacing any the request has.
+func (h *header) set(k, v string) *corev3.HeaderValueOption {
+	h.val.Key, h.val.Value = k, v
+	h.opt.Header = &h.val
+	h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	return &h.opt
 }
 
 // removeClientHeaders lists the client's x-capsnap-* headers that capsnap
@@ -245,20 +255,14 @@ outer:
 	return out
 }
 
-// overwrite returns shared followed by headers that replace any the
-// request has, from alternating keys and values. The new headers share
-// one allocation: this is on every request.
-func overwrite(shared []*corev3.HeaderValueOption, kv ...string) []*corev3.HeaderValueOption {
-	n := len(kv) / 2
-	hs := make([]header, n)
-	out := make([]*corev3.HeaderValueOption, len(shared), len(shared)+n)
-	copy(out, shared)
+// overwrite returns headers that replace any the request has, from
+// alternating keys and values: the headers in one allocation, the list in
+// another.
+func overwrite(kv ...string) []*corev3.HeaderValueOption {
+	hs := make([]header, len(kv)/2)
+	out := make([]*corev3.HeaderValueOption, len(hs))
 	for i := range hs {
-		h := &hs[i]
-		h.val.Key, h.val.Value = kv[2*i], kv[2*i+1]
-		h.opt.Header = &h.val
-		h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		out = append(out, &h.opt)
+		out[i] = hs[i].set(kv[2*i], kv[2*i+1])
 	}
 	return out
 }
@@ -355,10 +359,13 @@ func (d *decision) toolResultJSON() []byte {
 
 func (d *decision) denied(form config.Denials) *authv3.CheckResponse {
 	status, body := d.denialBody(form)
-	headers := overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json")
+	r := string(d.fail.Reason)
+	kv := [...]string{HeaderReason, r, "content-type", "application/json", HeaderDrift, r}
+	n := len(kv) - 2
 	if d.fail.Reason.Drift() {
-		headers = overwrite(nil, HeaderReason, string(d.fail.Reason), "content-type", "application/json", HeaderDrift, string(d.fail.Reason))
+		n = len(kv)
 	}
+	headers := overwrite(kv[:n]...)
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{

@@ -19,6 +19,7 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/internal/bounded"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -107,10 +108,13 @@ type Server struct {
 	envelopeTTL time.Duration
 	recipients  map[string]*envelope.Recipient
 	grants      grants
-	auditLog    zerolog.Logger
-	metrics     *Metrics
-	now         func() time.Time
-	newEpoch    func() string
+	// mintGrant is envelope.Keys.Grant, but where a test makes minting
+	// fail.
+	mintGrant func(envelope.GrantClaims, *envelope.Recipient) (*envelope.Grant, error)
+	auditLog  zerolog.Logger
+	metrics   *Metrics
+	now       func() time.Time
+	newEpoch  func() string
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
@@ -153,6 +157,9 @@ func New(o Options) (*Server, error) {
 	}
 	if s.envelopeTTL <= 0 {
 		s.envelopeTTL = 30 * time.Second
+	}
+	if s.envelope != nil {
+		s.mintGrant = s.envelope.Grant
 	}
 	if s.listingKey == nil {
 		s.listingKey = make([]byte, 32)
@@ -513,7 +520,7 @@ func (s *Server) signEnvelope(d *decision) *deny.Error {
 // grants keeps each snapshot's grant for each tool called under it.
 // Bounded like the pin headers: past maxGrants it starts over, and each
 // grant in use is signed again.
-type grants = bounded[grantKey, *envelope.Grant]
+type grants = bounded.Map[grantKey, *envelope.Grant]
 
 type grantKey struct{ serverID, epoch, tool string }
 
@@ -530,15 +537,15 @@ func (s *Server) grant(d *decision, r *envelope.Recipient) (*envelope.Grant, err
 		EffectClass: d.effect.String(), PolicyDigest: d.policyDigest,
 	}
 	k := grantKey{d.serverID, d.snapshot.Epoch, d.tool}
-	if g, ok := s.grants.load(k); ok && g.Says(want) {
+	if g, ok := s.grants.Load(k); ok && g.Says(want) {
 		return g, nil
 	}
 	want.IssuedAt = d.now.Unix()
-	g, err := s.envelope.Grant(want, r)
+	g, err := s.mintGrant(want, r)
 	if err != nil {
 		return nil, err
 	}
-	s.grants.store(grantKey{strings.Clone(k.serverID), strings.Clone(k.epoch), strings.Clone(k.tool)}, g, maxGrants)
+	s.grants.Store(grantKey{strings.Clone(k.serverID), strings.Clone(k.epoch), strings.Clone(k.tool)}, g, maxGrants)
 	return g, nil
 }
 
@@ -650,20 +657,12 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 	// denied one never is.
 	follows, err := s.snapshots.Follows(snap, d.tool, rule.After, rule.Precedes)
 	if err != nil {
-		d.unseal()
 		return storeFailed(err)
 	}
 	if !follows {
-		d.unseal()
 		return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, strings.Join(rule.After, " and "), snap.Epoch)
 	}
 	return nil
-}
-
-// unseal drops the envelope of a call denied after it was sealed: a
-// denied call carries none, and its audit line names none.
-func (d *decision) unseal() {
-	d.envelope, d.envelopeID, d.grant, d.grantID = "", "", "", ""
 }
 
 // staleRead decides a pinned call while the catalog is unavailable: only a

@@ -3,7 +3,6 @@ package extauthz
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -133,15 +132,7 @@ func mintForRefund(b *testing.B, f *fixture, session string) (*authv3.CheckReque
 // by the first Check). Issue 17's in-process target is judged on it.
 func BenchmarkCheckDeployed(b *testing.B) {
 	r := testbed.StartRedis(b)
-	testdata := filepath.Join("..", "envelope", "testdata")
-	keys, err := envelope.LoadKeys(filepath.Join(testdata, "key-a.pem"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	recipient, err := envelope.LoadRecipient(filepath.Join(testdata, "grant-key-a.pub.pem"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	keys, recipient := envelopeKeys(b)
 	benchmarkAllowed(b, packFixture(b, discardAudit, onRedis(b, r, newPrefix()), func(o *Options) {
 		o.Envelope, o.Grants = keys, map[string]*envelope.Recipient{"billing": recipient}
 	}))

@@ -43,6 +43,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/internal/bounded"
 )
 
 // Options configure a Store.
@@ -90,13 +91,16 @@ type Store struct {
 	// satisfied stays satisfied, and a call once seen recorded needs no
 	// second write: the sequence rules of an agent's repeated calls cost
 	// Redis one round trip, not one each.
-	known *ristretto.Cache[string, struct{}]
+	// Each is held until its record's expiry; bounded like the
+	// snapshots kept here.
+	known bounded.Map[knownKey, time.Time]
 	// pointers are the newest-snapshot pointers whose MAC this replica
 	// checked, by key: one read through the client-side cache is the
 	// same bytes until the pointer moves, and needs no second check.
-	pointers  sync.Map // string → checkedPointer
-	nPointers atomic.Int64
-	client    atomic.Pointer[rueidis.Client]
+	// Bounded like the snapshots kept here, by the keys held (a pointer
+	// that moved replaces its key's entry).
+	pointers bounded.Map[string, checkedPointer]
+	client   atomic.Pointer[rueidis.Client]
 
 	// healthy is false from a failed probe or operation until a probe and
 	// a resync succeed.
@@ -157,15 +161,9 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	known, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
-		NumCounters: 10 * o.MaxLocal, MaxCost: o.MaxLocal, BufferItems: 64, IgnoreInternalCost: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
 	p := o.KeyPrefix
 	s := &Store{
-		o: o, seal: newSealer(o.Secret), local: local, known: known, done: make(chan struct{}), movedKeys: map[string]time.Time{},
+		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
 		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:"},
 		metrics: newMetrics(o.Registerer),
 	}
@@ -185,7 +183,6 @@ func (s *Store) Close() {
 		(*c).Close()
 	}
 	s.local.Close()
-	s.known.Close()
 }
 
 func (s *Store) connect() (rueidis.Client, error) {
@@ -538,25 +535,15 @@ func (s *Store) byPointer(key string, now bool) (*cache.Snapshot, bool, error) {
 		s.fail("get", err)
 		return nil, false, s.unavailable()
 	}
-	if p, ok := s.pointers.Load(key); ok {
-		if p := p.(checkedPointer); p.incarnation == v.incarnation && p.raw == raw {
-			return s.byEpoch(v, c, p.epoch)
-		}
+	if p, ok := s.pointers.Load(key); ok && p.incarnation == v.incarnation && p.raw == raw {
+		return s.byEpoch(v, c, p.epoch)
 	}
 	epoch, ok := s.seal.openPointer(v.incarnation, key, raw)
 	if !ok {
 		s.rejected(kindLatest, key)
 		return nil, false, nil
 	}
-	// Bounded like the snapshots kept here, by the keys held (a pointer
-	// that moved replaces its key's entry); past it, it starts over.
-	if s.nPointers.Load() >= s.o.MaxLocal {
-		s.pointers.Clear()
-		s.nPointers.Store(0)
-	}
-	if _, moved := s.pointers.Swap(key, checkedPointer{v.incarnation, raw, epoch}); !moved {
-		s.nPointers.Add(1)
-	}
+	s.pointers.Store(key, checkedPointer{v.incarnation, raw, epoch}, s.o.MaxLocal)
 	return s.byEpoch(v, c, epoch)
 }
 
@@ -683,7 +670,7 @@ func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, recor
 	if err != nil {
 		return false, err
 	}
-	if s.seen(v.incarnation, snap.Epoch, after...) && (!record || s.seen(v.incarnation, snap.Epoch, tool)) {
+	if s.seen(now, v.incarnation, snap.Epoch, after...) && (!record || s.seen(now, v.incarnation, snap.Epoch, tool)) {
 		return true, nil
 	}
 	member := ""
@@ -705,27 +692,27 @@ func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, recor
 	if ok == 0 {
 		return false, nil
 	}
+	until := now.Add(keep)
 	for _, a := range after {
-		s.known.SetWithTTL(knownKey(v.incarnation, snap.Epoch, a), struct{}{}, 1, keep)
+		s.known.Store(knownKey{v.incarnation, strings.Clone(snap.Epoch), strings.Clone(a)}, until, s.o.MaxLocal)
 	}
 	if ok == 2 {
-		s.known.SetWithTTL(knownKey(v.incarnation, snap.Epoch, tool), struct{}{}, 1, keep)
+		s.known.Store(knownKey{v.incarnation, strings.Clone(snap.Epoch), strings.Clone(tool)}, until, s.o.MaxLocal)
 	}
-	// Visible to the next call at once, as the round trip just made was.
-	s.known.Wait()
 	return true, nil
 }
 
-// seen reports whether every one of tools was seen recorded under epoch.
-func (s *Store) seen(incarnation, epoch string, tools ...string) bool {
+// seen reports whether every one of tools was seen recorded under epoch,
+// and its record is still kept at now.
+func (s *Store) seen(now time.Time, incarnation, epoch string, tools ...string) bool {
 	for _, t := range tools {
-		if _, ok := s.known.Get(knownKey(incarnation, epoch, t)); !ok {
+		if until, ok := s.known.Load(knownKey{incarnation, epoch, t}); !ok || !now.Before(until) {
 			return false
 		}
 	}
 	return true
 }
 
-func knownKey(incarnation, epoch, tool string) string {
-	return incarnation + "\x00" + epoch + "\x00" + tool
-}
+// knownKey names a call seen recorded: Redis's incarnation, the snapshot's
+// epoch and the tool.
+type knownKey struct{ incarnation, epoch, tool string }

@@ -474,3 +474,51 @@ func TestNewestPointerIsReadBack(t *testing.T) {
 	took := waitFor(t, "the other replica's copy to follow", func() bool { return latest(b, false) == last.Epoch })
 	t.Logf("the other replica's copy followed within %v", took)
 }
+
+// What a replica remembers having checked in Redis belongs to Redis's
+// incarnation: after Redis comes back empty, a pointer record it checked
+// before is checked again (and refused, its MAC naming the old
+// incarnation), and a call it saw recorded is asked of Redis again (which
+// holds no record now).
+func TestNewIncarnationForgetsWhatWasSeen(t *testing.T) {
+	r := testbed.StartRedis(t)
+	a, prefix := open(t, r, "")
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute)
+	storetest.Put(t, a, snap)
+	if got, ok, err := a.Latest("agent", "billing", ""); err != nil || !ok || got.Epoch != snap.Epoch {
+		t.Fatalf("Latest = %v, %v, %v", got, ok, err)
+	}
+	if ok, err := a.Follows(snap, "lookup_order", nil, true); err != nil || !ok {
+		t.Fatalf("recording lookup_order: %v, %v", ok, err)
+	}
+	if ok, err := a.Follows(snap, "refund", []string{"lookup_order"}, false); err != nil || !ok {
+		t.Fatalf("refund after lookup_order: %v, %v", ok, err)
+	}
+	pointer := prefix + "latest:" + cache.LatestKey("agent", "billing", "")
+	raw, err := r.Do("GET", pointer)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the store to be unavailable", func() bool { _, err := a.Seq(); return errors.Is(err, cache.ErrUnavailable) })
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the store to serve again", func() bool { _, err := a.Seq(); return err == nil })
+	// The old pointer's bytes, put back as they were.
+	mustDo(t, r, "SET", pointer, raw)
+
+	before := value(t, a.reg, "capsnap_store_records_rejected_total", "latest")
+	if got, ok, err := a.Latest("agent", "billing", ""); err != nil || ok {
+		t.Fatalf("Latest on the old pointer = %v, %v, %v", got, ok, err)
+	}
+	if got := value(t, a.reg, "capsnap_store_records_rejected_total", "latest"); got != before+1 {
+		t.Errorf("records_rejected_total{kind=latest} %v → %v: the old pointer was not checked again", before, got)
+	}
+	if ok, err := a.Follows(snap, "refund", []string{"lookup_order"}, false); err != nil || ok {
+		t.Fatalf("refund after a lookup_order recorded in the lost incarnation: %v, %v", ok, err)
+	}
+}
