@@ -269,15 +269,25 @@ func TestDeployments(t *testing.T) {
 	}
 }
 
-// demo.yaml carries the same access log as the deployment configurations.
+// demo.yaml carries the same access log as the deployment configurations,
+// and its rows carry capsnap's pins, never the ones a client forges.
 func TestDemoAccessLog(t *testing.T) {
 	s := startStack(t)
+	// Not the schema digest: a client may send the one it planned
+	// against, and capsnap holds the call to it.
+	forge := func(a *testbed.Agent) {
+		for _, h := range []string{"x-capsnap-server-id", "x-capsnap-tool", "x-capsnap-policy-digest"} {
+			a.Send(h, "forged")
+		}
+	}
 	support := connect(t, s, "billing", supportAgent, deployVersion)
+	forge(support.agent)
 	support.list(t)
 	if r := support.call(t, "refund", refundA100); r != "" {
 		t.Fatalf("refund denied: %s", r)
 	}
 	readonly := connect(t, s, "billing", readonlyAgent, deployVersion)
+	forge(readonly.agent)
 	readonly.list(t)
 	if r := readonly.call(t, "refund", refundA100); r != "tool_not_granted" {
 		t.Fatalf("read-only refund: %q, want tool_not_granted", r)
@@ -498,6 +508,8 @@ type auditLine struct {
 	Method    string `json:"mcp_method"`
 	Tool      string `json:"tool"`
 	Epoch     string `json:"epoch"`
+	Snapshot  string `json:"snapshot_digest"`
+	Policy    string `json:"policy_digest"`
 }
 
 // decisions are capsnap's audit lines so far, in order.
@@ -602,11 +614,18 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 			if r.ResponseCode != w.status || str(r.Decision) != w.decision || str(r.Reason) != w.reason || str(r.ServerID) != "billing" {
 				t.Errorf("access log row %+v: want %d %s %s on billing", r, w.status, w.decision, w.reason)
 			}
-			if w.decision == "allow" && (!strings.HasPrefix(str(r.SchemaDigest), "sha256:") || !strings.HasPrefix(str(r.PolicyDigest), "sha256:")) {
-				t.Errorf("allowed row has schema digest %s, policy digest %s", str(r.SchemaDigest), str(r.PolicyDigest))
-			}
-			if a := audit[r.RequestID]; a.Decision != w.decision || a.Reason != w.reason || a.Epoch != w.epoch {
+			a := audit[r.RequestID]
+			if a.Decision != w.decision || a.Reason != w.reason || a.Epoch != w.epoch {
 				t.Errorf("request %s: access log says %s %s under %s, capsnap's audit line %+v", r.RequestID, w.decision, w.reason, w.epoch, a)
+			}
+			// An allowed row's pins come from the headers capsnap set for
+			// the upstream (header_to_metadata), a denied row's from
+			// capsnap's metadata: either way, what capsnap decided on.
+			if w.decision == "allow" && (!strings.HasPrefix(a.Snapshot, "sha256:") || !strings.HasPrefix(a.Policy, "sha256:")) {
+				t.Errorf("request %s: capsnap's audit line names no digests: %+v", r.RequestID, a)
+			}
+			if (a.Snapshot != "" && str(r.SchemaDigest) != a.Snapshot) || (a.Policy != "" && str(r.PolicyDigest) != a.Policy) {
+				t.Errorf("request %s: access log row has schema digest %s, policy digest %s; capsnap decided on %s, %s", r.RequestID, str(r.SchemaDigest), str(r.PolicyDigest), a.Snapshot, a.Policy)
 			}
 		}
 		if !found {
