@@ -46,8 +46,9 @@ func run(addr string) error {
 	if err != nil {
 		return err
 	}
-	// grpc.NewServer() with no options, as capsnap's serve does.
-	gs := grpc.NewServer()
+	// The gRPC server as capsnap's serve runs it, but for its codec:
+	// stream workers (see streamWorkers in cmd/capsnap/serve.go).
+	gs := grpc.NewServer(grpc.NumStreamWorkers(64))
 	authv3.RegisterAuthorizationServer(gs, allowAll{})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

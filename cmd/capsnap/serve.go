@@ -76,6 +76,17 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// streamWorkers is how many long-lived goroutines run the RPCs, each in
+// turn. Without them gRPC starts a goroutine an RPC, whose stack then grows
+// by copying through the transport's and the decision's frames, every
+// time: 10-15% of the CPU of capsnap, and of the floor, under load
+// (runtime.newstack in BENCHMARKS.md's live profiles). A worker keeps its
+// grown stack. 64 covers the Checks one read from Envoy's connection
+// brings at once under the benchmark's heaviest load; past them, gRPC
+// starts a goroutine as it would without workers, so no RPC waits for
+// another. bench/noop, the floor, runs the same.
+const streamWorkers = 64
+
 func serveCmd(args []string, stdout, stderr io.Writer) error {
 	path, err := configFlag("serve", args, stderr)
 	if err != nil {
@@ -171,7 +182,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	// (checkcodec); every other message as gRPC decodes it.
 	gs := grpc.NewServer(append(hop.grpcOptions(),
 		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
-		grpc.ForceServerCodecV2(checkcodec.Codec{}))...)
+		grpc.ForceServerCodecV2(checkcodec.Codec{}),
+		grpc.NumStreamWorkers(streamWorkers))...)
 	authv3.RegisterAuthorizationServer(gs, srv)
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
