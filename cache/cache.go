@@ -81,16 +81,19 @@ type calls struct {
 	done map[string]struct{}
 }
 
-// encode joins parts unambiguously: each is length-prefixed, so no choice
-// of names can make two different lists encode alike.
-func encode(parts ...string) string {
-	n := 0
+// encode joins parts unambiguously, after prefix: each is length-prefixed,
+// so no choice of names can make two different lists encode alike. The
+// key is built in one allocation of its exact size: a Check on the shared
+// store makes one.
+func encode(prefix string, parts ...string) string {
+	var num [20]byte
+	n := len(prefix)
 	for _, s := range parts {
-		n += len(s) + 21 // a length, its colon
+		n += len(strconv.AppendInt(num[:0], int64(len(s)), 10)) + 1 + len(s)
 	}
 	var b strings.Builder
 	b.Grow(n)
-	var num [20]byte
+	b.WriteString(prefix)
 	for _, s := range parts {
 		b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
 		b.WriteByte(':')
@@ -236,7 +239,7 @@ func (m *Memory) Put(s *Snapshot) error {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
 	}
 	m.held.Add(1)
-	m.latest.SetWithTTL(LatestKey(s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
+	m.latest.SetWithTTL(LatestKey("", s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
 	m.latest.SetWithTTL(AnySessionKey(s.Principal, s.ServerID), s.Epoch, 1, ttl)
 	m.latest.Wait()
 	return nil
@@ -250,7 +253,7 @@ func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool, error) {
 
 // Latest implements Store.
 func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool, error) {
-	return m.byKey(LatestKey(principal, serverID, session))
+	return m.byKey(LatestKey("", principal, serverID, session))
 }
 
 // LatestNow implements Store: the memory store has no copy to lag.
@@ -302,17 +305,17 @@ func (m *Memory) ChangedAt(serverID, tool string) (uint64, error) {
 }
 
 // LatestKey names the newest snapshot of (principal, server, session) in a
-// store: length-prefixed (encode), so no choice of names makes two tuples
-// name one snapshot.
-func LatestKey(principal, serverID, session string) string {
-	return encode(principal, serverID, session)
+// store, after prefix (a store's namespace, or none): length-prefixed
+// (encode), so no choice of names makes two tuples name one snapshot.
+func LatestKey(prefix, principal, serverID, session string) string {
+	return encode(prefix, principal, serverID, session)
 }
 
 // AnySessionKey names the newest snapshot of (principal, server). It has
 // two parts where LatestKey has three, so the two never collide in one
 // keyspace.
 func AnySessionKey(principal, serverID string) string {
-	return encode(principal, serverID)
+	return encode("", principal, serverID)
 }
 
 // Held is how many snapshots the store holds now, for the

@@ -26,10 +26,10 @@ func snapshot(principal, server, session string, ttl time.Duration, pins ...Pin)
 
 func TestKeyEncodingIsUnambiguous(t *testing.T) {
 	// Without length prefixes these would both encode as "a|b|c".
-	if a, b := LatestKey("a|b", "c", ""), LatestKey("a", "b|c", ""); a == b {
+	if a, b := LatestKey("", "a|b", "c", ""), LatestKey("", "a", "b|c", ""); a == b {
 		t.Fatalf("two principal/server pairs encode alike: %q", a)
 	}
-	if c, d := LatestKey("ab", "", "s"), LatestKey("a", "b", "s"); c == d {
+	if c, d := LatestKey("", "ab", "", "s"), LatestKey("", "a", "b", "s"); c == d {
 		t.Fatalf("two principal/server pairs encode alike: %q", c)
 	}
 }

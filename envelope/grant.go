@@ -176,8 +176,11 @@ func (g *Grant) Seal(c *CallClaims) (string, error) {
 	var buf [256]byte
 	payload, ok := c.appendJSON(buf[:0])
 	if !ok {
+		// A copy: marshalling c itself would move every call's claims to
+		// the heap, for this path that almost none takes.
+		cc := *c
 		var err error
-		if payload, err = json.Marshal(c); err != nil {
+		if payload, err = json.Marshal(&cc); err != nil {
 			return "", fmt.Errorf("envelope: %w", err)
 		}
 	}

@@ -168,7 +168,7 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 		// cache/redis's key layout: a key per snapshot and a
 		// newest-snapshot pointer per principal, server and session.
 		snapKey := prefix + "snap:" + epochs[0]
-		pointerKey := prefix + "latest:" + cache.LatestKey(support, "billing", sessionID(0))
+		pointerKey := cache.LatestKey(prefix+"latest:", support, "billing", sessionID(0))
 		keyBytes := memoryUsage(b, r, snapKey)
 		pointerBytes := memoryUsage(b, r, pointerKey)
 		record, err := r.Do("STRLEN", snapKey)

@@ -103,6 +103,10 @@ type Request struct {
 	Messages []Message
 	// Session is the Mcp-Session-Id header, if any.
 	Session string
+
+	// one holds the message of a body that is not a batch, so that the
+	// request and its message are one allocation.
+	one [1]Message
 }
 
 // Limits bound what Parse reads. A zero field takes its default.
@@ -189,7 +193,8 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 		if err != nil {
 			return nil, err
 		}
-		r.Messages, bodyVer = []Message{m}, v
+		r.one[0] = m
+		r.Messages, bodyVer = r.one[:1:1], v
 	case '[':
 		r.Batch = true
 		if bodyVer, err = r.readBatch(doc); err != nil {

@@ -204,7 +204,11 @@ func (c *Constraint) eval(in Input) (bool, error) {
 	if c.prog == nil {
 		return false, errors.New("never compiled")
 	}
-	out, _, err := c.prog.Eval(activation{in: &in})
+	a := activations.Get().(*activation)
+	a.in = in
+	out, _, err := c.prog.Eval(a)
+	*a = activation{}
+	activations.Put(a)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
@@ -225,13 +229,17 @@ func (c *Constraint) because() string {
 }
 
 // activation hands CEL the call's variables without building a map per
-// evaluation.
-type activation struct{ in *Input }
+// evaluation. They are pooled: CEL keeps no activation past Eval, and one
+// made per evaluation would escape to the heap, in every Check as many
+// times as it has constraints.
+type activation struct{ in Input }
+
+var activations = sync.Pool{New: func() any { return new(activation) }}
 
 // noArgs stands in for nil Args: CEL then sees an empty map, never null.
 var noArgs = map[string]any{}
 
-func (a activation) ResolveName(name string) (any, bool) {
+func (a *activation) ResolveName(name string) (any, bool) {
 	switch name {
 	case "args":
 		if a.in.Args == nil {
@@ -248,4 +256,4 @@ func (a activation) ResolveName(name string) (any, bool) {
 	return nil, false
 }
 
-func (activation) Parent() interpreter.Activation { return nil }
+func (*activation) Parent() interpreter.Activation { return nil }

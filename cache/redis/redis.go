@@ -404,7 +404,7 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 		return err
 	}
 	keep := ttl + s.o.Retain
-	latest := s.keys.latest + cache.LatestKey(snap.Principal, snap.ServerID, snap.Session)
+	latest := cache.LatestKey(s.keys.latest, snap.Principal, snap.ServerID, snap.Session)
 	any := s.keys.any + cache.AnySessionKey(snap.Principal, snap.ServerID)
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -494,12 +494,12 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 
 // Latest implements cache.Store.
 func (s *Store) Latest(principal, serverID, session string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(s.keys.latest+cache.LatestKey(principal, serverID, session), false)
+	return s.byPointer(cache.LatestKey(s.keys.latest, principal, serverID, session), false)
 }
 
 // LatestNow implements cache.Store.
 func (s *Store) LatestNow(principal, serverID, session string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(s.keys.latest+cache.LatestKey(principal, serverID, session), true)
+	return s.byPointer(cache.LatestKey(s.keys.latest, principal, serverID, session), true)
 }
 
 // LatestInAnySession implements cache.Store.

@@ -250,12 +250,12 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 		t.Fatalf("a forged snapshot was read: %+v, %v", got, err)
 	}
 	// A pointer from mallory's key to agent's snapshot, with agent's MAC.
-	agentKey := prefix + "latest:" + cache.LatestKey("agent", "billing", "")
+	agentKey := cache.LatestKey(prefix+"latest:", "agent", "billing", "")
 	ptr, err := r.Do("GET", agentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustDo(t, r, "SET", prefix+"latest:"+cache.LatestKey("mallory", "billing", ""), ptr)
+	mustDo(t, r, "SET", cache.LatestKey(prefix+"latest:", "mallory", "billing", ""), ptr)
 	if got, ok, err := b.Latest("mallory", "billing", ""); ok || err != nil {
 		t.Fatalf("a pointer moved to another key was followed: %+v, %v", got, err)
 	}
@@ -494,7 +494,7 @@ func TestNewIncarnationForgetsWhatWasSeen(t *testing.T) {
 	if ok, err := a.Follows(snap, "refund", []string{"lookup_order"}, false); err != nil || !ok {
 		t.Fatalf("refund after lookup_order: %v, %v", ok, err)
 	}
-	pointer := prefix + "latest:" + cache.LatestKey("agent", "billing", "")
+	pointer := cache.LatestKey(prefix+"latest:", "agent", "billing", "")
 	raw, err := r.Do("GET", pointer)
 	if err != nil {
 		t.Fatal(err)
