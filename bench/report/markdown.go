@@ -112,13 +112,12 @@ func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 		fmt.Fprintf(b, "\n### Server CPU time per Check\n\n")
 		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ OPA-Envoy"),
 			withRatio(byServer(func(g GRPCRun) string { return Dur(g.CPUPerCheck) }), ratio(cpu, cpu, Capsnap, OPA)))
-		if len(r.CPUBreakdown) > 0 {
-			c := cs[len(cs)-1]
-			fmt.Fprintf(b, "\n### Where a Check's server CPU goes, at concurrency %d\n\n", c)
+		for _, live := range r.Live {
+			fmt.Fprintf(b, "\n### Where a Check's server CPU goes, at concurrency %d\n\n", live.Concurrency)
 			fmt.Fprintf(b, "From CPU profiles of the running capsnap and floor (see the notes on missed targets), each part's samples divided by the Checks made while it was profiled; approximate, as the profiles sample at 100 Hz.\n\n")
 			var rows [][]string
 			var sumC, sumF time.Duration
-			for _, p := range r.CPUBreakdown {
+			for _, p := range live.CPUBreakdown {
 				rows = append(rows, []string{p.Part, Dur(p.Capsnap), Dur(p.Floor), signedDur(p.Capsnap - p.Floor)})
 				sumC, sumF = sumC+p.Capsnap, sumF+p.Floor
 			}
@@ -147,7 +146,7 @@ func ghzSection(b *strings.Builder, r *Results) {
 	c := r.GhzCrossCheck[0].Concurrency
 	fmt.Fprintf(b, "\n### The load, and ghz\n\n")
 	fmt.Fprintf(b, "Until issue 17 the load was ghz. ghz decodes each answer into a dynamic message (protoreflect), whose cost grows with the answer's fields, not with the server's work: "+
-		"capsnap's allowed answer carries its pins as seven upstream headers and again in seven entries of dynamic metadata (a Struct, which access logs and the response path's matcher read), the floor's carries nothing. "+
+		"capsnap's allowed answer carries its pins as seven upstream headers (and carried them again, until issue 17, in seven entries of dynamic metadata), the floor's carries nothing. "+
 		"So under ghz the load, which shares the %d cores, spent far more per Check of capsnap than of the floor, and the throughput ratio measured ghz's decoder more than either server. "+
 		"The load now decodes as Envoy does, with generated code. ghz still runs once, on capsnap and the floor at concurrency %d, in turns after the measured runs; its figures:\n\n", r.Machine.Cores, c)
 	figures := func(g GRPCRun) []string {
@@ -369,8 +368,12 @@ var levers = []struct{ lever, verdict, figures string }{
 		"did not pay", "0.98 → 0.39 µs an answer, but only with `-tags vtprotobuf` on every build, and it stops an answer with invalid UTF-8 from failing at capsnap: reverted"},
 	{"Sharing the header names and values every CheckRequest repeats, instead of a string each",
 		"did not pay", "30 → 17 allocs a decode, but slower: the lookup costs more than the allocation; reverted"},
-	{"An answer that says once what it says twice (dynamic metadata repeating the pin headers)",
-		"not done", "about 0.3 µs of capsnap's and 265 of ~700 bytes; the load decodes more: with the metadata left out (a trial build, make bench's gRPC step on 2026-12-03 23:30, against one with it), 0.76× the floor at c=16 either way, but at c=64 0.81× against 0.63× and p99 1.22× against 1.60× (one run each, noisy). A product contract: the access logs of `envoy/*.yaml` and the response path's matcher read the metadata, and reading the request headers instead would log a client's forgery on denied rows; left for a decision"},
+	{"An answer that says once what it says twice: an allowed tools/call's metadata is only decision and reason (shared bytes); its pins go once, in the upstream headers, which `envoy/*.yaml` copy into the same metadata keys with Envoy's header_to_metadata filter after ext_authz (it runs only on requests capsnap let through, whose x-capsnap-* headers capsnap set or removed, so no forgery is logged); a denial's metadata still names what was refused",
+		"kept", "265 of ~700 bytes of every allowed answer, which Envoy (and the load) decode; in the trial build before it (make bench's gRPC step, 2026-12-03 23:30, one run each) 0.76× the floor at c=16 either way, but at c=64 0.81× against 0.63× and p99 1.22× against 1.60×"},
+	{"gRPC stream workers (`grpc.NumStreamWorkers(64)`) in capsnap and, to stay the same gRPC stack, in the floor",
+		"kept", "without them each RPC starts a goroutine whose stack grows by copying, every time: runtime.newstack was 10.6% of capsnap's CPU and 14.5% of the floor's at c=64 in the live profiles of 2026-12-04 00:26 (capsnap then with 2 workers, the floor without)"},
+	{"Allocations of the deployed Check: the Redis pointer key in one exact-size allocation; a non-batch request and its message in one; the constraints' CEL activation pooled; a call's claims kept off the heap",
+		"kept", "`BenchmarkCheckDeployed` 22 → 16 allocs, 2,800 → 2,416 B, its time within the machine's noise (8.5–11 µs before and after). Not done: the decoded arguments' strings aliasing the request body (`unsafe.String`, one more allocation), as the parser would then hand out memory its caller may reuse"},
 	{"The load: ghz decodes each answer into a dynamic message; the load now decodes with generated code, as Envoy does (`bench/cmd/checkload`), ghz kept as a cross-check (\"The load, and ghz\" above)",
 		"kept", "at c=64, ghz spent 191 µs of CPU per capsnap Check and 84 µs per floor Check, the servers 68 and 46 µs; capsnap ÷ floor 0.53× under ghz, 0.63–0.76× under checkload in the trial runs"},
 	{"An allowed answer's messages and headers in one allocation",
@@ -419,7 +422,7 @@ func methodSection(b *strings.Builder, r *Results) {
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
 		storeMethod(r),
-		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them at the highest concurrency, after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
+		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them alone (concurrency 1, for the target judged there) and at the highest concurrency (for the others), after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
 	} {
 		fmt.Fprintf(b, "- %s\n", line)
 	}

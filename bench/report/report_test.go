@@ -114,10 +114,10 @@ func TestMarkdown(t *testing.T) {
 	r := sample()
 	r.Targets = Evaluate(r)
 	r.Targets[2].Profile = &Profile{What: "CPU profile:", Command: "go test", Top: "flat flat%"}
-	r.CPUBreakdown = []CPUPart{
+	r.Live = []LiveProfile{{Concurrency: 64, CPUBreakdown: []CPUPart{
 		{Part: "the decision", Capsnap: 30 * time.Microsecond},
 		{Part: "decoding the request", Capsnap: 20 * time.Microsecond, Floor: 25 * time.Microsecond},
-	}
+	}}}
 	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
 	for _, want := range []string{
 		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",

@@ -72,10 +72,27 @@ type Results struct {
 	GrantEnvelopeHeaderBytes int      `json:"grant_envelope_header_bytes,omitempty"`
 	GrantHeaderBytes         int      `json:"grant_header_bytes,omitempty"`
 	Targets                  []Target `json:"targets"`
-	// LiveProfile is capsnap's and the floor's CPU profiles under load,
-	// and CPUBreakdown their CPU per Check by part, from those profiles.
-	LiveProfile  *Profile  `json:"live_profile,omitempty"`
-	CPUBreakdown []CPUPart `json:"cpu_breakdown,omitempty"`
+	// Live is capsnap's and the floor's CPU profiles under the gRPC load,
+	// alone (the lowest concurrency) and at the highest.
+	Live []LiveProfile `json:"live,omitempty"`
+}
+
+// LiveProfile is capsnap's and the floor's CPU profiles at one
+// concurrency, and their CPU per Check by part, from those profiles.
+type LiveProfile struct {
+	Concurrency  int       `json:"concurrency"`
+	Profile      *Profile  `json:"profile"`
+	CPUBreakdown []CPUPart `json:"cpu_breakdown"`
+}
+
+// LiveAt is the live profile at concurrency c, or nil.
+func (r *Results) LiveAt(c int) *LiveProfile {
+	for i := range r.Live {
+		if r.Live[i].Concurrency == c {
+			return &r.Live[i]
+		}
+	}
+	return nil
 }
 
 // CPUPart is one part of a Check's server CPU time, capsnap's and the

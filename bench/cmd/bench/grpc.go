@@ -126,9 +126,17 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if h.results.GhzCrossCheck, err = h.ghzCrossCheck(ctx, []grpcTarget{capsnap, floor}, c, files); err != nil {
 		return fmt.Errorf("ghz cross-check: %w", err)
 	}
-	h.logf("   profiling capsnap and the floor at c=%d", c)
-	h.results.LiveProfile, h.results.CPUBreakdown, err = h.liveProfile(ctx, targets, c, files, req)
-	return err
+	// Alone, and at the heaviest load: where the two targets on CPU per
+	// Check are judged.
+	for _, c := range []int{concurrencies[0], c} {
+		h.logf("   profiling capsnap and the floor at c=%d", c)
+		profile, parts, err := h.liveProfile(ctx, targets, c, files, req)
+		if err != nil {
+			return err
+		}
+		h.results.Live = append(h.results.Live, report.LiveProfile{Concurrency: c, Profile: profile, CPUBreakdown: parts})
+	}
+	return nil
 }
 
 // capsnapTarget starts capsnap as server (report.Capsnap, or one of the

@@ -19,8 +19,8 @@ type profileSpec struct {
 	// mem profiles allocations (-memprofile) instead of CPU time.
 	mem bool
 	// live takes the profiles of the running servers (liveProfile)
-	// instead of a Go benchmark's.
-	live bool
+	// instead of a Go benchmark's: under the heaviest load, or alone.
+	live, alone bool
 }
 
 var (
@@ -39,7 +39,7 @@ var (
 		report.TargetThroughput: liveProfile,
 		report.TargetP99:        liveProfile,
 		report.TargetCPU:        liveProfile,
-		report.TargetCPUFloor:   liveProfile,
+		report.TargetCPUFloor:   {live: true, alone: true},
 		// Through Envoy, capsnap's part is the Check the live profile
 		// shows, under the gRPC load rather than Envoy.
 		report.TargetEnvoy:  liveProfile,
@@ -74,7 +74,13 @@ func (h *harness) judge(ctx context.Context) error {
 			continue
 		}
 		if spec.live {
-			t.Profile = h.results.LiveProfile
+			c := concurrencies[len(concurrencies)-1]
+			if spec.alone {
+				c = concurrencies[0]
+			}
+			if live := h.results.LiveAt(c); live != nil {
+				t.Profile = live.Profile
+			}
 			continue
 		}
 		if p, ok := done[spec.file]; ok {

@@ -34,7 +34,7 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, 
 		if t.pprofURL == "" {
 			continue
 		}
-		file := filepath.Join(h.o.out, "live-"+t.proc.Name+".pprof")
+		file := filepath.Join(h.o.out, fmt.Sprintf("live-%s-c%d.pprof", t.proc.Name, c))
 		rep, err := h.profileUnderLoad(ctx, t, c, in, req, file)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
