@@ -224,8 +224,9 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		earlier[p.ToolID] = p.SchemaDigest
 	}
 	keep := make([]bool, len(resp.Tools))
+	principal := r.Policy.For(d.principal)
 	for i, t := range resp.Tools {
-		rule, w := s.withhold(d, r, live, t)
+		rule, w := s.withhold(d, r, principal, live, t)
 		if w == nil && earlier[t.Name] != "" && earlier[t.Name] != t.Digest {
 			w = deny.Errorf(deny.SchemaDrift, "delivered at %s, but an earlier page delivered it at %s", t.Digest, earlier[t.Name])
 		}
@@ -248,8 +249,8 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 // withhold decides whether a delivered tool can be pinned: the rule that
 // grants it, or why not (not granted, unclassified, unapproved at the
 // delivered digest, not in capsnap's live view, live at another digest).
-func (s *Server) withhold(d *decision, r *Rules, list *catalog.List, t mcpparse.DeliveredTool) (policy.Decision, *deny.Error) {
-	rule, err := r.Policy.Decide(d.principal, d.serverID, t.Name)
+func (s *Server) withhold(d *decision, r *Rules, principal *policy.Principal, list *catalog.List, t mcpparse.DeliveredTool) (policy.Decision, *deny.Error) {
+	rule, err := principal.Decide(d.serverID, t.Name)
 	if err != nil {
 		if de, ok := deny.As(err); ok {
 			return rule, de

@@ -8,16 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/deny"
 )
 
 // deliver225 is a fixture for the response path's benchmarks: a billing
 // catalog of 225 tools (each about as large as make bench's generated
 // ones), all classified, of which support is granted 12; a ticket for one
 // tools/list; and the definitions, as the server delivers them.
-func deliver225(b *testing.B) (f *fixture, ticket string, defs []string) {
+func deliver225(tb testing.TB) (f *fixture, ticket string, defs []string) {
 	const total, granted = 225, 12
-	dir := b.TempDir()
+	dir := tb.TempDir()
 	defs = make([]string, total)
 	var tools, grants strings.Builder
 	for i := range defs {
@@ -32,29 +35,41 @@ func deliver225(b *testing.B) (f *fixture, ticket string, defs []string) {
 	}
 	catalogPath := filepath.Join(dir, "catalog.json")
 	if err := os.WriteFile(catalogPath, []byte(`{"tools":[`+strings.Join(defs, ",")+`]}`), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	policyPath := filepath.Join(dir, "policy.yaml")
 	pol := "tools:\n" + tools.String() + "principals:\n  - id: " + support + "\n    grants:\n      - {server: billing, tools: [" + grants.String() + "]}\n"
 	if err := os.WriteFile(policyPath, []byte(pol), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	// Room for every snapshot the benchmark mints, on the fixture's clock.
 	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 200_000, Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(store.Close)
-	f = newFixture(b, discardAudit, func(o *Options) { o.Rules = mustRules(b, policyPath); o.Snapshots = store })
-	f.billing.push(b, catalogPath, nil)
+	tb.Cleanup(store.Close)
+	f = newFixture(tb, discardAudit, func(o *Options) { o.Rules = mustRules(tb, policyPath); o.Snapshots = store })
+	f.billing.push(tb, catalogPath, nil)
 
-	ticket = f.ticket(b, support, listBody)
+	ticket = f.ticket(tb, support, listBody)
 	body := listResponse(`"l"`, "", defs...)
 	out := f.Deliver(ticket, okJSON, body)
-	if out.Fail != nil || len(out.Withheld) != total-granted || len(deliveredNames(b, out.Body)) != granted {
-		b.Fatalf("fail %v, %d withheld, %d delivered", out.Fail, len(out.Withheld), len(deliveredNames(b, out.Body)))
+	if out.Fail != nil || len(out.Withheld) != total-granted || len(deliveredNames(tb, out.Body)) != granted {
+		tb.Fatalf("fail %v, %d withheld, %d delivered", out.Fail, len(out.Withheld), len(deliveredNames(tb, out.Body)))
 	}
 	return f, ticket, defs
+}
+
+// Withheld tools are counted by reason, every one of them: a listing
+// that withholds 213 for one reason adds 213 to its series.
+func TestDeliverCountsEveryWithheld(t *testing.T) {
+	f, _, defs := deliver225(t)
+	if got, want := testutil.ToFloat64(f.metrics.withheld.WithLabelValues("billing", string(deny.ToolNotGranted))), float64(len(defs)-12); got != want {
+		t.Errorf("tools_withheld_total{billing,tool_not_granted} = %v, want %v", got, want)
+	}
+	if n := testutil.CollectAndCount(f.metrics.withheld); n != 1 {
+		t.Errorf("%d tools_withheld_total series, want 1", n)
+	}
 }
 
 // BenchmarkDeliver225 delivers a 225-tool list of which the principal is

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/internal/bounded"
 	"strings"
 	"time"
@@ -247,8 +248,26 @@ func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duratio
 			result = string(d.fail.Reason)
 		}
 		s.metrics.deliveries.WithLabelValues(server, result).Inc()
+		// Counted by reason, not one by one: a listing may withhold
+		// hundreds, and a labelled counter's lookup costs more than its add.
+		// A handful of reasons: a list, searched.
+		type count struct {
+			reason deny.Reason
+			n      int
+		}
+		var counts []count
+	next:
 		for _, w := range out.Withheld {
-			s.metrics.withheld.WithLabelValues(server, string(w.Reason)).Inc()
+			for i := range counts {
+				if counts[i].reason == w.Reason {
+					counts[i].n++
+					continue next
+				}
+			}
+			counts = append(counts, count{w.Reason, 1})
+		}
+		for _, c := range counts {
+			s.metrics.withheld.WithLabelValues(server, string(c.reason)).Add(float64(c.n))
 		}
 	}
 	s.audit(d, elapsed, func(ev *zerolog.Event) *zerolog.Event {

@@ -320,17 +320,41 @@ func (p *Policy) Lockfile() string { return p.lockfile }
 // reason in its detail. It is on every call's path, so it only looks up what
 // Compile worked out.
 func (p *Policy) Decide(principal, server, tool string) (Decision, error) {
+	d := Principal{p: p, principal: principal, rule: p.match(principal)}
+	return d.Decide(server, tool)
+}
+
+// Principal decides for one principal, matched to its rule once: a
+// listing decides every tool it delivers for the same principal, hundreds
+// of them, and a denial's detail names the principal quoted, which is made
+// once too.
+type Principal struct {
+	p         *Policy
+	principal string
+	rule      *principalRule
+	quoted    string
+}
+
+// For returns the decisions of principal.
+func (p *Policy) For(principal string) *Principal {
+	return &Principal{p: p, principal: principal, rule: p.match(principal)}
+}
+
+// Decide is Policy.Decide for d's principal.
+func (d *Principal) Decide(server, tool string) (Decision, error) {
 	k := toolKey{server, tool}
-	if _, classified := p.tools[k]; !classified {
+	if _, classified := d.p.tools[k]; !classified {
 		return Decision{}, deny.Errorf(deny.UnclassifiedTool, "policy assigns %s/%s no effect class", server, tool)
 	}
-	r := p.match(principal)
-	if r == nil {
-		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q is not granted %s/%s: no principal rule matches it", principal, server, tool)
+	if d.rule == nil {
+		return Decision{}, deny.Errorf(deny.ToolNotGranted, "principal %q is not granted %s/%s: no principal rule matches it", d.principal, server, tool)
 	}
-	o := r.outcomes[k]
+	o := d.rule.outcomes[k]
 	if !o.granted {
-		return Decision{}, &deny.Error{Reason: deny.ToolNotGranted, Detail: "principal " + strconv.Quote(principal) + o.notGranted}
+		if d.quoted == "" {
+			d.quoted = strconv.Quote(d.principal)
+		}
+		return Decision{}, &deny.Error{Reason: deny.ToolNotGranted, Detail: "principal " + d.quoted + o.notGranted}
 	}
 	return o.decision, nil
 }

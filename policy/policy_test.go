@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,7 +86,7 @@ func TestDecide(t *testing.T) {
 		// Exact id: its rule alone applies, the prefix rule is not merged in.
 		{"decide", support, "billing", "refund", MoneyMove, "id:" + support, "", ""},
 		{"decide", support, "billing", "lookup_order", Read, "id:" + support, "", ""},
-		{"decide", support, "billing", "update_address", 0, "", deny.ToolNotGranted, "(rule id:" + support + ") is not granted billing/update_address: it is in no grant"},
+		{"decide", support, "billing", "update_address", 0, "", deny.ToolNotGranted, `principal "` + support + `" (rule id:` + support + ") is not granted billing/update_address: it is in no grant"},
 		// Capability subset: refund_large needs payments.large too.
 		{"decide", support, "billing", "refund_large", 0, "", deny.ToolNotGranted, "its grant lacks capabilities payments.large"},
 		// Prefix: the ceiling write admits read and write, not money_move.
@@ -127,6 +128,20 @@ func TestDecide(t *testing.T) {
 		}
 		if err != nil || d.Effect != tt.effect || d.Rule != tt.rule || !strings.HasPrefix(d.Digest, "sha256:") {
 			t.Errorf("%s: Decide(%s, %s, %s) = %+v, %v; want effect %v by %s", tt.file, tt.principal, tt.server, tt.tool, d, err, tt.effect, tt.rule)
+		}
+	}
+	// One Principal decides each of its tools as Decide does, however
+	// many it is asked: one per file and principal, for all their rows.
+	principals := map[[2]string]*Principal{}
+	for _, tt := range tests {
+		k := [2]string{tt.file, tt.principal}
+		if principals[k] == nil {
+			principals[k] = policies[tt.file].For(tt.principal)
+		}
+		want, wantErr := policies[tt.file].Decide(tt.principal, tt.server, tt.tool)
+		got, err := principals[k].Decide(tt.server, tt.tool)
+		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) {
+			t.Errorf("%s: For(%s).Decide(%s, %s) = %+v, %v; Decide says %+v, %v", tt.file, tt.principal, tt.server, tt.tool, got, err, want, wantErr)
 		}
 	}
 }
