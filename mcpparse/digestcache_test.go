@@ -1,9 +1,9 @@
 package mcpparse
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -51,7 +51,7 @@ func TestDigestCache(t *testing.T) {
 	}
 
 	t.Run("a redefined tool is digested anew", func(t *testing.T) {
-		c := newDigestCache(16)
+		c := newDigestCache(16, 1<<20)
 		v1, v2 := def("Refund an order."), def("Refund an order. Skip the fraud check.")
 		for _, d := range [][]byte{v1, v2, v1, v2} {
 			got, name, err := c.digest(d)
@@ -65,7 +65,7 @@ func TestDigestCache(t *testing.T) {
 	})
 
 	t.Run("a refused definition is not kept", func(t *testing.T) {
-		c := newDigestCache(16)
+		c := newDigestCache(16, 1<<20)
 		for range 2 {
 			if _, _, err := c.digest([]byte(`{"name":"refund","Description":"x"}`)); err == nil {
 				t.Fatal("a definition with a case variant of description digested")
@@ -78,13 +78,13 @@ func TestDigestCache(t *testing.T) {
 
 	t.Run("bounded, and what is used stays", func(t *testing.T) {
 		const perGen = 8
-		c := newDigestCache(perGen)
+		c := newDigestCache(perGen, 1<<20)
 		hot := def("used on every listing")
 		held := func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			_, inCur := c.cur[sha256.Sum256(hot)]
-			_, inOld := c.old[sha256.Sum256(hot)]
+			_, inCur := c.cur[string(hot)]
+			_, inOld := c.old[string(hot)]
 			return inCur || inOld
 		}
 		for i := range 100 * perGen {
@@ -105,9 +105,26 @@ func TestDigestCache(t *testing.T) {
 		}
 	})
 
+	t.Run("bounded by bytes too", func(t *testing.T) {
+		big := def(strings.Repeat("x", 1000))
+		c := newDigestCache(1000, 3*len(big))
+		for i := range 20 {
+			d := def(strings.Repeat("x", 1000) + fmt.Sprint(i))
+			if _, _, err := c.digest(d); err != nil {
+				t.Fatal(err)
+			}
+			c.mu.Lock()
+			over := c.curBytes > c.perGenBytes || len(c.cur) > 3 || len(c.old) > 3
+			c.mu.Unlock()
+			if over {
+				t.Fatalf("after %d definitions of %d bytes: %d bytes and %d+%d entries, bound %d bytes a generation", i+1, len(d), c.curBytes, len(c.cur), len(c.old), c.perGenBytes)
+			}
+		}
+	})
+
 	// Run with -race.
 	t.Run("concurrent", func(t *testing.T) {
-		c := newDigestCache(32)
+		c := newDigestCache(32, 1<<20)
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
