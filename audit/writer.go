@@ -14,6 +14,7 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -23,9 +24,11 @@ var ErrClosed = errors.New("audit: trail closed")
 // Writer is an io.Writer that group-commits: each Write returns once its
 // bytes have been written to the underlying writer, in one write together
 // with whatever other Writes arrived while the previous write was under
-// way. No goroutine runs in the background and nothing waits for company:
-// a Write that finds no write under way writes at once, as a plain writer
-// would.
+// way, or while the Write that starts a batch yielded the processor once
+// (runtime.Gosched) to the goroutines ready to run, which under load are
+// other decisions on their way to their own Writes. No goroutine runs in
+// the background and nothing waits on a timer: alone, a Write writes at
+// once, as a plain writer would.
 //
 // Each Write's bytes are written whole and in the order the Writes took
 // the lock, never interleaved with another's; a zerolog logger writes one
@@ -97,9 +100,21 @@ func (g *Writer) write(p []byte, mark func(*batch)) error {
 	if mark != nil {
 		mark(b)
 	}
+	yielded := false
 	for !b.written {
 		if g.writing {
 			g.done.Wait()
+			continue
+		}
+		if !yielded {
+			// Let the goroutines ready to run reach their own Writes
+			// first, so that they join b: with one system call a batch,
+			// the fewer batches, the less the trail costs. Alone, nothing
+			// is ready and this returns at once.
+			yielded = true
+			g.mu.Unlock()
+			runtime.Gosched()
+			g.mu.Lock()
 			continue
 		}
 		// No write is under way, so b is still the next batch: write it.
