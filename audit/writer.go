@@ -64,8 +64,11 @@ type batch struct {
 	// checkpoint asks seal to end the batch with a checkpoint, and final
 	// with the shutdown checkpoint.
 	checkpoint, final bool
-	written           bool
-	err               error
+	// gathering says the Write that started the batch is letting others
+	// join it; gathered, that it has.
+	gathering, gathered bool
+	written             bool
+	err                 error
 }
 
 // NewWriter returns a Writer on w. Nothing else may write to w.
@@ -100,22 +103,23 @@ func (g *Writer) write(p []byte, mark func(*batch)) error {
 	if mark != nil {
 		mark(b)
 	}
-	yielded := false
 	for !b.written {
-		if g.writing {
+		if g.writing || b.gathering {
 			g.done.Wait()
 			continue
 		}
-		if !yielded {
+		if !b.gathered {
 			// Let the goroutines ready to run reach their own Writes
-			// first, so that they join b: with one system call a batch,
-			// the fewer batches, the less the trail costs. Alone, nothing
-			// is ready and this returns at once.
-			yielded = true
+			// first, so that they join b and wait for it: one system call
+			// a batch, and the fewer batches, the less the trail costs.
+			// Alone, nothing is ready and this returns at once. Only the
+			// Write that starts b yields; while it does, no other writes
+			// b, as none writes while a write is under way.
+			b.gathering = true
 			g.mu.Unlock()
 			runtime.Gosched()
 			g.mu.Lock()
-			continue
+			b.gathering, b.gathered = false, true
 		}
 		// No write is under way, so b is still the next batch: write it.
 		g.flush()
