@@ -24,7 +24,7 @@ import "sync"
 // digestCacheGeneration and digestCacheGenerationBytes bound the cache: it
 // holds at most two generations, each of at most this many definitions
 // and this many bytes of them, enough for the tools of dozens of large
-// servers.
+// servers; a definition over an eighth of the bytes is not kept.
 const (
 	digestCacheGeneration      = 8192
 	digestCacheGenerationBytes = 8 << 20
@@ -70,6 +70,11 @@ func (c *digestCache) get(def []byte) (cachedDigest, bool) {
 }
 
 func (c *digestCache) put(def []byte, v cachedDigest) {
+	// One definition the size of a generation would start one of its own
+	// and push every other out: it is digested each time instead.
+	if len(def) > c.perGenBytes/8 {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.putLocked(string(def), v)

@@ -108,13 +108,17 @@ func TestDigestCache(t *testing.T) {
 	t.Run("bounded by bytes too", func(t *testing.T) {
 		big := def(strings.Repeat("x", 1000))
 		c := newDigestCache(1000, 3*len(big))
-		for i := range 20 {
+		if _, _, err := c.digest(big); err != nil || c.len() != 0 {
+			t.Fatalf("a definition over an eighth of a generation: %v, %d entries kept", err, c.len())
+		}
+		c = newDigestCache(1000, 24*len(big))
+		for i := range 100 {
 			d := def(strings.Repeat("x", 1000) + fmt.Sprint(i))
 			if _, _, err := c.digest(d); err != nil {
 				t.Fatal(err)
 			}
 			c.mu.Lock()
-			over := c.curBytes > c.perGenBytes || len(c.cur) > 3 || len(c.old) > 3
+			over := c.curBytes > c.perGenBytes || len(c.cur) > 24 || len(c.old) > 24
 			c.mu.Unlock()
 			if over {
 				t.Fatalf("after %d definitions of %d bytes: %d bytes and %d+%d entries, bound %d bytes a generation", i+1, len(d), c.curBytes, len(c.cur), len(c.old), c.perGenBytes)
