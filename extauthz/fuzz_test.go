@@ -97,9 +97,13 @@ func FuzzCheck(f *testing.F) {
 			}
 		}
 		// The pins go once, in the upstream headers, which Envoy's
-		// header_to_metadata copies into the metadata after ext_authz.
+		// header_to_metadata copies into the metadata after ext_authz:
+		// an allowed call's metadata is its decision alone.
 		if tool, ok := md["tool"]; ok {
 			t.Fatalf("metadata repeats tool %q, which the upstream headers pin as %q", tool.GetStringValue(), pinned)
+		}
+		if pinned != "" && (len(md) != 2 || md["reason"].GetStringValue() != "ok") {
+			t.Fatalf("an allowed call's metadata is %v, want decision and reason alone", md)
 		}
 		var audit struct {
 			Decision string `json:"decision"`

@@ -327,7 +327,7 @@ func (p *Policy) Decide(principal, server, tool string) (Decision, error) {
 // Principal decides for one principal, matched to its rule once: a
 // listing decides every tool it delivers for the same principal, hundreds
 // of them, and a denial's detail names the principal quoted, which is made
-// once too.
+// once too. It keeps that quoted name, so one goroutine at a time uses it.
 type Principal struct {
 	p         *Policy
 	principal string
