@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -291,6 +292,22 @@ func TestDemoAccessLog(t *testing.T) {
 	readonly.list(t)
 	if r := readonly.call(t, "refund", refundA100); r != "tool_not_granted" {
 		t.Fatalf("read-only refund: %q, want tool_not_granted", r)
+	}
+	// A header name a server could fold into x-capsnap-tool is refused.
+	req, err := http.NewRequest(http.MethodPost, s.RouteURL("billing"), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header["x_capsnap_tool"] = []string{"forged"}
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("accept", "application/json, text/event-stream")
+	resp, err := support.agent.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a request with header x_capsnap_tool: %s, want 400", resp.Status)
 	}
 	checkAccessLog(t, s, []logWant{
 		{http.StatusOK, "allow", "ok", support.agent.Epoch()},
@@ -586,6 +603,11 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 	var rows []accessLine
 	sc := bufio.NewScanner(strings.NewReader(s.Envoy.Output()))
 	for sc.Scan() {
+		// TestDemoAccessLog's agents forge pin headers "forged": no row
+		// may carry one.
+		if bytes.Contains(sc.Bytes(), []byte(`"forged"`)) {
+			t.Errorf("an access log row carries a forged pin: %s", sc.Bytes())
+		}
 		var row accessLine
 		if json.Unmarshal(sc.Bytes(), &row) == nil && row.RequestID != "" {
 			rows = append(rows, row)

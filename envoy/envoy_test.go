@@ -1,0 +1,110 @@
+package envoy
+
+import (
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The access log's pins of an allowed call come from the x-capsnap-*
+// request headers, copied by header_to_metadata; they are capsnap's only
+// if that filter runs on nothing ext_authz did not let through. Each
+// configuration is held to what makes that so, and to refusing header
+// names a server could fold into x-capsnap-*.
+func TestPinsReachTheLogOnlyFromCapsnap(t *testing.T) {
+	for name, cfg := range map[string][]byte{"demo.yaml": Demo, "mtls.yaml": MTLS, "jwt.yaml": JWT} {
+		t.Run(name, func(t *testing.T) {
+			var doc struct {
+				StaticResources struct {
+					Listeners []struct {
+						FilterChains []struct {
+							Filters []struct {
+								Name        string  `yaml:"name"`
+								TypedConfig manager `yaml:"typed_config"`
+							} `yaml:"filters"`
+						} `yaml:"filter_chains"`
+					} `yaml:"listeners"`
+				} `yaml:"static_resources"`
+			}
+			if err := yaml.Unmarshal(cfg, &doc); err != nil {
+				t.Fatal(err)
+			}
+			managers := 0
+			for _, l := range doc.StaticResources.Listeners {
+				for _, fc := range l.FilterChains {
+					for _, f := range fc.Filters {
+						if f.Name == "envoy.filters.network.http_connection_manager" {
+							managers++
+							checkManager(t, f.TypedConfig)
+						}
+					}
+				}
+			}
+			if managers == 0 {
+				t.Fatal("no http_connection_manager")
+			}
+		})
+	}
+}
+
+type manager struct {
+	Common struct {
+		Underscores string `yaml:"headers_with_underscores_action"`
+	} `yaml:"common_http_protocol_options"`
+	RouteConfig struct {
+		VirtualHosts []struct {
+			Routes []struct {
+				PerFilter map[string]map[string]any `yaml:"typed_per_filter_config"`
+			} `yaml:"routes"`
+		} `yaml:"virtual_hosts"`
+	} `yaml:"route_config"`
+	HTTPFilters []struct {
+		Name        string         `yaml:"name"`
+		TypedConfig map[string]any `yaml:"typed_config"`
+	} `yaml:"http_filters"`
+}
+
+const (
+	extAuthz         = "envoy.filters.http.ext_authz"
+	headerToMetadata = "envoy.filters.http.header_to_metadata"
+)
+
+func checkManager(t *testing.T, m manager) {
+	t.Helper()
+	if m.Common.Underscores != "REJECT_REQUEST" {
+		t.Errorf("headers_with_underscores_action %q, want REJECT_REQUEST", m.Common.Underscores)
+	}
+	at := -1
+	for i, f := range m.HTTPFilters {
+		if f.Name == extAuthz {
+			at = i
+		}
+	}
+	if at < 0 || at+1 >= len(m.HTTPFilters) || m.HTTPFilters[at+1].Name != headerToMetadata {
+		t.Fatalf("%s must come right after %s", headerToMetadata, extAuthz)
+	}
+	if fail, ok := m.HTTPFilters[at].TypedConfig["failure_mode_allow"].(bool); !ok || fail {
+		t.Errorf("ext_authz failure_mode_allow is %v, want false, set", m.HTTPFilters[at].TypedConfig["failure_mode_allow"])
+	}
+	rules, _ := m.HTTPFilters[at+1].TypedConfig["request_rules"].([]any)
+	if len(rules) == 0 {
+		t.Error("header_to_metadata has no request_rules")
+	}
+	for _, r := range rules {
+		r, _ := r.(map[string]any)
+		present, _ := r["on_header_present"].(map[string]any)
+		if h, _ := r["header"].(string); !strings.HasPrefix(h, "x-capsnap-") || present["metadata_namespace"] != extAuthz || r["on_header_missing"] != nil {
+			t.Errorf("header_to_metadata rule %v: want an x-capsnap-* header copied, when present, into %s", r, extAuthz)
+		}
+	}
+	for _, vh := range m.RouteConfig.VirtualHosts {
+		for _, r := range vh.Routes {
+			if off, _ := r.PerFilter[extAuthz]["disabled"].(bool); off {
+				if off, _ := r.PerFilter[headerToMetadata]["disabled"].(bool); !off {
+					t.Errorf("a route turns ext_authz off but not %s", headerToMetadata)
+				}
+			}
+		}
+	}
+}
