@@ -393,7 +393,7 @@ var levers = []struct{ lever, verdict, figures string }{
 	{"The audit write before each answer (zerolog's encoding, the chain's SHA-256, the group-committed write)",
 		"not done", "9–10% of capsnap's CPU at c=64 in the live profile of the make bench run of 2026-12-03 20:14, nearly as much as the decision (11%); the line is written before the answer so that no answered decision is missing from the trail, and that stays"},
 	{"Bigger audit batches: the Write that starts a batch yields the processor once (runtime.Gosched) so that the decisions ready to run join it",
-		"kept", "`BenchmarkWrite/group` 0.31 → 0.04 write(2) a line; over gRPC against the build before it, in turns in the same run, twice (2026-12-04 01:05–01:12): c=64 +7% and +13% Checks/s, c=16 +3% and −3%, c=1 within noise"},
+		"kept", "`BenchmarkWrite/group` 0.31 → 0.04 write(2) a line; over gRPC against the build before it, in turns in the same run, twice (2026-12-04 00:58–01:03): c=64 +7% and +13% Checks/s, c=16 +3% and −3%, c=1 within noise. Those runs had every Write that found no write under way yield; since review only the batch's first does, and the others wait for it"},
 	{"The response path again: one policy match and one quoted principal per listing (`policy.Principal`), withheld tools counted by reason, the digest cache keyed by a definition's exact bytes instead of their SHA-256",
 		"kept", "`BenchmarkDeliver225` 516 → ~420 µs, 1,131 → 707 allocs; the cache's SHA-256 was 15% of its CPU profile, the map lookup that replaced it 4%"},
 	{"The garbage collector's share",
