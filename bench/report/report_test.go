@@ -372,3 +372,20 @@ func TestGhzSection(t *testing.T) {
 		}
 	}
 }
+
+func TestRatioText(t *testing.T) {
+	for _, tt := range []struct {
+		ratio, limit float64
+		want         string
+	}{
+		{0.80, 0.85, "0.80"},
+		{1.337, 1.2, "1.34"},
+		{0.0992, 0.1, "0.099"},
+		{0.1003, 0.1, "0.1003"},
+		{0.1, 0.1, "0.1000"},
+	} {
+		if got := ratioText(tt.ratio, tt.limit); got != tt.want {
+			t.Errorf("ratioText(%v, %v) = %s, want %s", tt.ratio, tt.limit, got, tt.want)
+		}
+	}
+}

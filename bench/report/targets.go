@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,20 +121,20 @@ type Profile struct {
 // issue 7 it does not restate.
 func Evaluate(r *Results) []Target {
 	return []Target{
-		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's",
+		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's", MinThroughputRatio,
 			fmt.Sprintf("≥ %.2f× the floor's %s", MinThroughputRatio, atJudged), judgedAt,
 			func(c, f, _ GRPCRun) (float64, bool) { return c.RPS / f.RPS, c.RPS >= MinThroughputRatio*f.RPS }),
-		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's",
+		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's", MaxP99Ratio,
 			fmt.Sprintf("≤ %.1f× the floor's %s", MaxP99Ratio, atJudged), judgedAt,
 			func(c, f, _ GRPCRun) (float64, bool) {
 				return float64(c.P99) / float64(f.P99), float64(c.P99) <= MaxP99Ratio*float64(f.P99)
 			}),
-		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's",
+		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's", MaxCPURatio,
 			fmt.Sprintf("≤ %.1f× OPA-Envoy's %s", MaxCPURatio, atJudged), judgedAt,
 			func(c, _, o GRPCRun) (float64, bool) {
 				return float64(c.CPUPerCheck) / float64(o.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPURatio*float64(o.CPUPerCheck)
 			}),
-		perConcurrency(r, TargetCPUFloor, "capsnap's CPU per Check against the floor's, alone",
+		perConcurrency(r, TargetCPUFloor, "capsnap's CPU per Check against the floor's, alone", MaxCPUFloorRatio,
 			fmt.Sprintf("≤ %.1f× the floor's at concurrency 1", MaxCPUFloorRatio), []int{1},
 			func(c, f, _ GRPCRun) (float64, bool) {
 				return float64(c.CPUPerCheck) / float64(f.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPUFloorRatio*float64(f.CPUPerCheck)
@@ -149,8 +150,9 @@ func Evaluate(r *Results) []Target {
 }
 
 // perConcurrency judges a ratio of capsnap's run to the floor's and
-// OPA's at each concurrency; the target is met only if every one is.
-func perConcurrency(r *Results, id, name, threshold string, at []int, judge func(capsnap, floor, opa GRPCRun) (float64, bool)) Target {
+// OPA's at each concurrency, against limit; the target is met only if
+// every one is.
+func perConcurrency(r *Results, id, name string, limit float64, threshold string, at []int, judge func(capsnap, floor, opa GRPCRun) (float64, bool)) Target {
 	t := Target{ID: id, Issue: 17, Name: name, Threshold: threshold, Status: Met}
 	var parts []string
 	for _, c := range at {
@@ -166,13 +168,24 @@ func perConcurrency(r *Results, id, name, threshold string, at []int, judge func
 		if !ok && t.Status == Met {
 			t.Status = Missed
 		}
-		parts = append(parts, fmt.Sprintf("%.2f× at c=%d", ratio, c))
+		parts = append(parts, fmt.Sprintf("%s× at c=%d", ratioText(ratio, limit), c))
 	}
 	if len(parts) == 0 {
 		t.Status = NotRun
 	}
 	t.Measured = strings.Join(parts, ", ")
 	return t
+}
+
+// ratioText is ratio with two decimals, or as many more (up to four) as
+// it takes not to read as limit: 0.1003 against 0.1 is 0.1003, not 0.10,
+// which would read as met.
+func ratioText(ratio, limit float64) string {
+	p := 2
+	for p < 4 && strconv.FormatFloat(ratio, 'f', p, 64) == strconv.FormatFloat(limit, 'f', p, 64) {
+		p++
+	}
+	return strconv.FormatFloat(ratio, 'f', p, 64)
 }
 
 func flat(scale []gobench.Result) Target {
