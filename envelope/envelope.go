@@ -222,7 +222,16 @@ func (k *Keys) Signer(typ string) (func(payload []byte) (string, error), error) 
 
 // NewID is an unguessable envelope id: 96 random bits.
 func NewID() string {
+	var b [idLen]byte
+	return string(appendNewID(b[:0]))
+}
+
+// idLen is the length of an id: 96 bits in unpadded base64url.
+const idLen = 16
+
+// appendNewID appends a new id to dst.
+func appendNewID(dst []byte) []byte {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return base64.RawURLEncoding.AppendEncode(dst, b[:])
 }

@@ -170,12 +170,20 @@ func (k *Keys) Grant(g GrantClaims, r *Recipient) (*Grant, error) {
 // signer (a header map marshalled per call) costs ten times the HMAC.
 func (g *Grant) Seal(c *CallClaims) (string, error) {
 	c.Grant = g.Claims.ID
-	if c.ID == "" {
-		c.ID = NewID()
+	// A new jti is made here and ends in the token's string, which holds
+	// both: one allocation for the two, on every allowed call.
+	var idBuf [idLen]byte
+	jti := append(idBuf[:0], c.ID...)
+	fresh := c.ID == ""
+	if fresh {
+		jti = appendNewID(jti)
 	}
 	var buf [256]byte
-	payload, ok := c.appendJSON(buf[:0])
+	payload, ok := c.appendJSON(buf[:0], jti)
 	if !ok {
+		if fresh {
+			c.ID, fresh = string(jti), false
+		}
 		// A copy: marshalling c itself would move every call's claims to
 		// the heap, for this path that almost none takes.
 		cc := *c
@@ -193,10 +201,18 @@ func (g *Grant) Seal(c *CallClaims) (string, error) {
 	s.mac.Write(token)
 	token = append(token, '.')
 	token = enc.AppendEncode(token, s.mac.Sum(s.sum[:0]))
+	n := len(token)
+	if fresh {
+		token = append(token, jti...)
+	}
+	out := string(token)
 	if cap(token) <= maxKeptToken {
 		s.buf = token
 	}
-	return string(token), nil
+	if fresh {
+		c.ID = out[n:]
+	}
+	return out[:n], nil
 }
 
 // maxKeptToken bounds the room a sealer keeps: a token is a few hundred
@@ -211,13 +227,13 @@ type sealer struct {
 	buf []byte
 }
 
-// appendJSON appends what json.Marshal makes of c, byte for byte, when
-// every string in it is made of characters JSON writes as they are (ids,
-// digests) and its rid is an integer or such a string; otherwise it
-// returns false, and the caller marshals. Every allowed call under a grant
+// appendJSON appends what json.Marshal makes of c with jti for its ID,
+// byte for byte, when every string in it is made of characters JSON writes
+// as they are (ids, digests) and its rid is an integer or such a string;
+// otherwise it returns false, and the caller marshals. Every allowed call under a grant
 // is sealed, and encoding/json's reflection was a third of it.
-func (c *CallClaims) appendJSON(b []byte) ([]byte, bool) {
-	if !plain(c.Grant) || !plain(c.ID) || !plain(c.ArgsDigest) || !plainID(c.RequestID) {
+func (c *CallClaims) appendJSON(b, jti []byte) ([]byte, bool) {
+	if !plain(c.Grant) || !plain(jti) || !plain(c.ArgsDigest) || !plainID(c.RequestID) {
 		return b, false
 	}
 	b = append(b, `{"grant":"`...)
@@ -227,7 +243,7 @@ func (c *CallClaims) appendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `,"exp":`...)
 	b = strconv.AppendInt(b, c.Expiry, 10)
 	b = append(b, `,"jti":"`...)
-	b = append(b, c.ID...)
+	b = append(b, jti...)
 	b = append(b, `","args_digest":"`...)
 	b = append(b, c.ArgsDigest...)
 	b = append(b, `","rid":`...)

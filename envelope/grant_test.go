@@ -267,7 +267,7 @@ func TestCallClaimsJSON(t *testing.T) {
 			c.RequestID = json.RawMessage(id)
 		}
 		want, err := json.Marshal(&c)
-		got, ok := c.appendJSON(nil)
+		got, ok := c.appendJSON(nil, []byte(c.ID))
 		switch {
 		case ok && err != nil:
 			t.Fatalf("%+v: encoded by hand as %s, json.Marshal refuses it: %v", c, got, err)
@@ -276,7 +276,7 @@ func TestCallClaimsJSON(t *testing.T) {
 		}
 	}
 	plainCall := CallClaims{Grant: "g", ID: "j", ArgsDigest: "sha256:00", RequestID: json.RawMessage(`7`)}
-	if _, ok := plainCall.appendJSON(nil); !ok {
+	if _, ok := plainCall.appendJSON(nil, []byte(plainCall.ID)); !ok {
 		t.Error("the claims capsnap seals fell back to json.Marshal")
 	}
 }
@@ -431,5 +431,32 @@ func TestGrantCacheFull(t *testing.T) {
 	full.put("one more", live, now)
 	if n := len(full.m); n != 1 || full.get("one more") != live {
 		t.Fatalf("a cache of live grants did not start over: %d grants", n)
+	}
+}
+
+// A call sealed without a jti gets a new one, which Seal sets on its
+// claims and which is the one the token carries: the two share one string.
+func TestSealMakesTheJTI(t *testing.T) {
+	g := grant(t, loadKeys(t, "key-a.pem"), loadRecipient(t, "grant-key-a.pub.pem"), nil)
+	v, err := NewVerifier(VerifierOptions{Audience: "billing", JWKSFile: filepath.Join("testdata", "jwks.json"), Now: func() time.Time { return now },
+		GrantKeyFiles: []string{filepath.Join("testdata", "grant-key-a.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 3 {
+		c := callClaims("")
+		token := seal(t, g, c)
+		if len(c.ID) != idLen || !plain(c.ID) || seen[c.ID] {
+			t.Fatalf("jti %q: want a new one of %d plain characters", c.ID, idLen)
+		}
+		seen[c.ID] = true
+		if strings.Contains(token, c.ID) {
+			t.Fatalf("the token %s ends in its jti %s", token, c.ID)
+		}
+		got, err := v.Verify(Presented{token, g.Token}, refundCall)
+		if err != nil || got.ID != c.ID {
+			t.Fatalf("the token carries jti %q (%v), Seal set %q", got.ID, err, c.ID)
+		}
 	}
 }
