@@ -206,7 +206,7 @@ func flat(scale []gobench.Result) Target {
 		if ratio > MaxFlatRatio {
 			t.Status = Missed
 		}
-		parts = append(parts, fmt.Sprintf("%.2f× at %d tools", ratio, n))
+		parts = append(parts, fmt.Sprintf("%s× at %d tools", ratioText(ratio, MaxFlatRatio), n))
 	}
 	t.Measured = strings.Join(parts, ", ")
 	return t
@@ -270,7 +270,7 @@ func throughEnvoy(r *Results) Target {
 		return notRun(t, "Envoy runs with capsnap and the floor")
 	}
 	ratio, added := c.RPS/f.RPS, c.P99-f.P99
-	t.Measured = fmt.Sprintf("%.2f× the calls/s; p99 %s (%s, the floor's %s)", ratio, signed(added), Dur(c.P99), Dur(f.P99))
+	t.Measured = fmt.Sprintf("%s× the calls/s; p99 %s (%s, the floor's %s)", ratioText(ratio, MinEnvoyRatio), signed(added), Dur(c.P99), Dur(f.P99))
 	if ratio < MinEnvoyRatio || added > MaxEnvoyAddedP99 {
 		t.Status = Missed
 	}
