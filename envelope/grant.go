@@ -230,8 +230,9 @@ type sealer struct {
 // appendJSON appends what json.Marshal makes of c with jti for its ID,
 // byte for byte, when every string in it is made of characters JSON writes
 // as they are (ids, digests) and its rid is an integer or such a string;
-// otherwise it returns false, and the caller marshals. Every allowed call under a grant
-// is sealed, and encoding/json's reflection was a third of it.
+// otherwise it returns false, and the caller marshals. Every allowed call
+// under a grant is sealed, and encoding/json's reflection was a third of
+// it.
 func (c *CallClaims) appendJSON(b, jti []byte) ([]byte, bool) {
 	if !plain(c.Grant) || !plain(jti) || !plain(c.ArgsDigest) || !plainID(c.RequestID) {
 		return b, false

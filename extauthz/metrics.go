@@ -3,13 +3,14 @@ package extauthz
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/capsnap/capsnap/deny"
-	"github.com/capsnap/capsnap/internal/bounded"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/internal/bounded"
 )
 
 // Metrics are the decision metrics. Every label value is bounded: decision
@@ -250,24 +251,12 @@ func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duratio
 		s.metrics.deliveries.WithLabelValues(server, result).Inc()
 		// Counted by reason, not one by one: a listing may withhold
 		// hundreds, and a labelled counter's lookup costs more than its add.
-		// A handful of reasons: a list, searched.
-		type count struct {
-			reason deny.Reason
-			n      int
-		}
-		var counts []count
-	next:
+		counts := map[deny.Reason]int{}
 		for _, w := range out.Withheld {
-			for i := range counts {
-				if counts[i].reason == w.Reason {
-					counts[i].n++
-					continue next
-				}
-			}
-			counts = append(counts, count{w.Reason, 1})
+			counts[w.Reason]++
 		}
-		for _, c := range counts {
-			s.metrics.withheld.WithLabelValues(server, string(c.reason)).Add(float64(c.n))
+		for reason, n := range counts {
+			s.metrics.withheld.WithLabelValues(server, string(reason)).Add(float64(n))
 		}
 	}
 	s.audit(d, elapsed, func(ev *zerolog.Event) *zerolog.Event {

@@ -56,9 +56,8 @@ func (d *decision) response(pins *pinHeaders, form config.Denials) *authv3.Check
 	// its dynamic_metadata field: protobuf-go took about 6µs and 15
 	// allocations to marshal the seven-entry Struct an allowed call then
 	// carried (a map of messages), more than the whole rest of the
-	// response. On the wire it is an
-	// ordinary Struct; Envoy, and whatever else decodes the response,
-	// reads nothing else.
+	// response. On the wire it is an ordinary Struct; Envoy, and whatever
+	// else decodes the response, reads nothing else.
 	resp.ProtoReflect().SetUnknown(d.metadata())
 	return resp
 }
