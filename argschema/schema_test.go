@@ -191,10 +191,7 @@ func BenchmarkCheck(b *testing.B) {
 // check decodes arguments as capsnap does (mcpparse, numbers as
 // json.Number) and validates them, as extauthz's checkArguments does.
 func check(s *Schema, arguments []byte) (map[string]any, error) {
-	if len(arguments) == 0 {
-		arguments = []byte("{}")
-	}
-	args, err := mcpparse.DecodeObject(arguments)
+	args, err := (&mcpparse.Message{Arguments: arguments}).DecodeArguments()
 	if err != nil {
 		return nil, fmt.Errorf("arguments: %w", err)
 	}

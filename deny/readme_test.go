@@ -17,6 +17,16 @@ func TestEveryReasonInREADME(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The table under "### Denials", and no other: other tables have
+	// rows that start with a name in backquotes too.
+	_, table, ok := strings.Cut(string(readme), "\n### Denials\n")
+	if ok {
+		_, table, ok = strings.Cut(table, "\n| reason |")
+	}
+	if !ok {
+		t.Fatal(`README.md has no table of denials under "### Denials"`)
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
 	f, err := parser.ParseFile(token.NewFileSet(), "deny.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +50,7 @@ func TestEveryReasonInREADME(t *testing.T) {
 				t.Fatal(err)
 			}
 			n++
-			if !strings.Contains(string(readme), "\n| `"+reason+"` |") {
+			if !strings.Contains(table, "\n| `"+reason+"` |") {
 				t.Errorf("README.md's table of denials has no row for %s", reason)
 			}
 		}

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,36 +111,34 @@ func TestDecide(t *testing.T) {
 		{"decide", "nobody", "files", "write_file", 0, "", deny.UnclassifiedTool, ""},
 	}
 	policies := map[string]*Policy{}
+	// One Principal per file and principal decides all their rows, each
+	// held to the row as Decide is: its quoted name is made once.
+	principals := map[[2]string]*Principal{}
 	for _, tt := range tests {
 		p, ok := policies[tt.file]
 		if !ok {
 			p = mustLoad(t, "testdata/"+tt.file+".yaml")
 			policies[tt.file] = p
 		}
-		d, err := p.Decide(tt.principal, tt.server, tt.tool)
-		if tt.reason != "" {
-			de, ok := deny.As(err)
-			if !ok || de.Reason != tt.reason || !strings.Contains(de.Detail, tt.detail) {
-				t.Errorf("%s: Decide(%s, %s, %s) = %v, want %s containing %q", tt.file, tt.principal, tt.server, tt.tool, err, tt.reason, tt.detail)
-			}
-			continue
-		}
-		if err != nil || d.Effect != tt.effect || d.Rule != tt.rule || !strings.HasPrefix(d.Digest, "sha256:") {
-			t.Errorf("%s: Decide(%s, %s, %s) = %+v, %v; want effect %v by %s", tt.file, tt.principal, tt.server, tt.tool, d, err, tt.effect, tt.rule)
-		}
-	}
-	// One Principal decides each of its tools as Decide does, however
-	// many it is asked: one per file and principal, for all their rows.
-	principals := map[[2]string]*Principal{}
-	for _, tt := range tests {
 		k := [2]string{tt.file, tt.principal}
 		if principals[k] == nil {
-			principals[k] = policies[tt.file].For(tt.principal)
+			principals[k] = p.For(tt.principal)
 		}
-		want, wantErr := policies[tt.file].Decide(tt.principal, tt.server, tt.tool)
-		got, err := principals[k].Decide(tt.server, tt.tool)
-		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) {
-			t.Errorf("%s: For(%s).Decide(%s, %s) = %+v, %v; Decide says %+v, %v", tt.file, tt.principal, tt.server, tt.tool, got, err, want, wantErr)
+		for how, decide := range map[string]func() (Decision, error){
+			"Decide":       func() (Decision, error) { return p.Decide(tt.principal, tt.server, tt.tool) },
+			"For().Decide": func() (Decision, error) { return principals[k].Decide(tt.server, tt.tool) },
+		} {
+			d, err := decide()
+			if tt.reason != "" {
+				de, ok := deny.As(err)
+				if !ok || de.Reason != tt.reason || !strings.Contains(de.Detail, tt.detail) {
+					t.Errorf("%s: %s(%s, %s, %s) = %v, want %s containing %q", tt.file, how, tt.principal, tt.server, tt.tool, err, tt.reason, tt.detail)
+				}
+				continue
+			}
+			if err != nil || d.Effect != tt.effect || d.Rule != tt.rule || !strings.HasPrefix(d.Digest, "sha256:") {
+				t.Errorf("%s: %s(%s, %s, %s) = %+v, %v; want effect %v by %s", tt.file, how, tt.principal, tt.server, tt.tool, d, err, tt.effect, tt.rule)
+			}
 		}
 	}
 }

@@ -87,6 +87,5 @@ func Parse(b []byte) (grpcload.Report, error) {
 	for _, d := range r.Details {
 		res.Latencies = append(res.Latencies, d.Latency)
 	}
-	rep := res.Report()
-	return rep, nil
+	return res.Report(), nil
 }

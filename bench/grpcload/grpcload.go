@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -114,14 +113,14 @@ type Report struct {
 	// ClientCPU is the CPU time the load process used, decoding every
 	// answer included.
 	ClientCPU time.Duration `json:"client_cpu_ns"`
-	// latencies are every request's, sorted: what Merge needs to take
+	// latencies are every request's: what Merge needs to take
 	// percentiles over several runs.
 	latencies []time.Duration
 }
 
 // Report summarizes r.
 func (r Result) Report() Report {
-	// Merge copies and sorts the latencies.
+	// Merge copies the latencies.
 	return Merge(Report{Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes, latencies: r.Latencies})
 }
 
@@ -156,17 +155,20 @@ func Merge(reps ...Report) Report {
 	if m.Total > 0 {
 		m.RPS = float64(m.Count) / m.Total.Seconds()
 	}
-	slices.Sort(m.latencies)
-	if n := len(m.latencies); n > 0 {
-		var sum time.Duration
-		for _, d := range m.latencies {
-			sum += d
-		}
-		m.Mean = sum / time.Duration(n)
-		m.P50, m.P99 = mcpload.Percentile(m.latencies, 50), mcpload.Percentile(m.latencies, 99)
-		m.Slowest = m.latencies[n-1]
+	if len(m.latencies) > 0 {
+		// Its rate is not this load's: the requests overlap.
+		s := mcpload.Summarize(mcpload.Sample{Latencies: m.latencies})
+		m.Mean, m.P50, m.P99, m.Slowest = s.Mean, s.P50, s.P99, s.Max
 	}
 	return m
+}
+
+// ClientPerCheck is the load's CPU time per request, 0 if unknown.
+func (r Report) ClientPerCheck() time.Duration {
+	if r.Count == 0 {
+		return 0
+	}
+	return r.ClientCPU / time.Duration(r.Count)
 }
 
 // Failed is an error if the run made no request, or if any request

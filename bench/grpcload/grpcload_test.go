@@ -32,13 +32,30 @@ func allowed() *authv3.CheckResponse {
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{}, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}}}
 }
 
+// denied says so by its status alone, deniedResponse by its denied
+// response alone: either is a denial.
 func denied() *authv3.CheckResponse {
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied)}, HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{}}}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied)}}
+}
+
+func deniedResponse() *authv3.CheckResponse {
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{}, HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{}}}
 }
 
 // client is an Authorization client of s, in memory.
 func client(t *testing.T, s *server) authv3.AuthorizationClient {
 	return authv3.NewAuthorizationClient(testbed.InMemoryGRPC(t, func(gs *grpc.Server) { authv3.RegisterAuthorizationServer(gs, s) }))
+}
+
+// everyTenth answers every tenth Check with deny's answer, the others
+// allowed.
+func everyTenth(deny func() *authv3.CheckResponse) func(int64) (*authv3.CheckResponse, error) {
+	return func(n int64) (*authv3.CheckResponse, error) {
+		if n%10 == 0 {
+			return deny(), nil
+		}
+		return allowed(), nil
+	}
 }
 
 func TestGenerate(t *testing.T) {
@@ -52,14 +69,21 @@ func TestGenerate(t *testing.T) {
 			codes:  map[string]int{"OK": 50},
 		},
 		"every tenth denied": {
-			answer: func(n int64) (*authv3.CheckResponse, error) {
-				if n%10 == 0 {
-					return denied(), nil
-				}
-				return allowed(), nil
-			},
+			answer: everyTenth(denied),
 			codes:  map[string]int{"OK": 50},
 			errors: map[string]int{Denied: 5},
+		},
+		"every tenth a denied response": {
+			answer: everyTenth(deniedResponse),
+			codes:  map[string]int{"OK": 50},
+			errors: map[string]int{Denied: 5},
+		},
+		// OPA-Envoy's allow sets no ok_response when it adds no headers.
+		"allowed by status alone": {
+			answer: func(int64) (*authv3.CheckResponse, error) {
+				return &authv3.CheckResponse{Status: &rpcstatus.Status{}}, nil
+			},
+			codes: map[string]int{"OK": 50},
 		},
 		"every fifth failed": {
 			answer: func(n int64) (*authv3.CheckResponse, error) {

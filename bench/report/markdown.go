@@ -131,7 +131,7 @@ func grpcSection(svgPath string) func(*strings.Builder, *Results) {
 		var rows [][]string
 		for _, g := range r.GRPC {
 			rows = append(rows, []string{g.Server, fmt.Sprint(g.Concurrency), fmt.Sprint(g.Count), Dur(g.Total),
-				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), cpuPerCheck(g.ClientCPU, g.Count), fmt.Sprint(errorCount(g))})
+				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), orDash(g.ClientPerCheck()), fmt.Sprint(errorCount(g))})
 		}
 		table(b, []string{"server", "concurrency", "Checks", "measured time", "mean", "slowest", "server CPU", "the load's CPU per Check", "errors"}, rows)
 		ghzSection(b, r)
@@ -150,11 +150,11 @@ func ghzSection(b *strings.Builder, r *Results) {
 		"So under ghz the load, which shares the %d cores, spent far more per Check of capsnap than of the floor, and the throughput ratio measured ghz's decoder more than either server. "+
 		"The load now decodes as Envoy does, with generated code. ghz still runs once, on capsnap and the floor at concurrency %d, in turns after the measured runs; its figures:\n\n", r.Machine.Cores, c)
 	figures := func(g GRPCRun) []string {
-		return []string{fmt.Sprintf("%.0f", g.RPS), Dur(g.P99), Dur(g.CPUPerCheck), cpuPerCheck(g.ClientCPU, g.Count)}
+		return []string{fmt.Sprintf("%.0f", g.RPS), Dur(g.P99), Dur(g.CPUPerCheck), orDash(g.ClientPerCheck())}
 	}
 	ratios := func(x, y GRPCRun) []string {
 		return []string{ratioOf(x.RPS, y.RPS), ratioOf(float64(x.P99), float64(y.P99)),
-			ratioOf(float64(x.CPUPerCheck), float64(y.CPUPerCheck)), ratioOf(clientPerCheck(x), clientPerCheck(y))}
+			ratioOf(float64(x.CPUPerCheck), float64(y.CPUPerCheck)), ratioOf(float64(x.ClientPerCheck()), float64(y.ClientPerCheck()))}
 	}
 	var rows [][]string
 	for _, g := range r.GhzCrossCheck {
@@ -174,20 +174,12 @@ func ghzSection(b *strings.Builder, r *Results) {
 		"the load: Checks/s", "p99", "server CPU per Check", "the load's CPU per Check"}, rows)
 }
 
-// cpuPerCheck is d over n Checks, or – if nothing was measured.
-func cpuPerCheck(d time.Duration, n int) string {
-	if d == 0 || n == 0 {
+// orDash is d, or – if nothing was measured.
+func orDash(d time.Duration) string {
+	if d == 0 {
 		return "–"
 	}
-	return Dur(d / time.Duration(n))
-}
-
-// clientPerCheck is the load's CPU per Check of g, 0 if unknown.
-func clientPerCheck(g GRPCRun) float64 {
-	if g.Count == 0 {
-		return 0
-	}
-	return float64(g.ClientCPU) / float64(g.Count)
+	return Dur(d)
 }
 
 func envoySection(b *strings.Builder, r *Results) {

@@ -118,7 +118,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 		for _, run := range runs {
 			h.results.GRPC = append(h.results.GRPC, run)
 			h.logf("   %-13s c=%-3d %8.0f Checks/s  p50 %-9s p99 %-9s CPU/Check %s, the load's %s", run.Server, c, run.RPS,
-				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck), report.Dur(run.ClientCPU/time.Duration(run.Count)))
+				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck), report.Dur(run.ClientPerCheck()))
 		}
 	}
 	c := concurrencies[len(concurrencies)-1]
@@ -415,7 +415,7 @@ func (h *harness) ghzCrossCheck(ctx context.Context, targets []grpcTarget, c int
 	}
 	for _, r := range runs {
 		h.logf("   ghz: %-13s c=%-3d %8.0f Checks/s  p99 %-9s CPU/Check %s, ghz's %s", r.Server, c, r.RPS,
-			report.Dur(r.P99), report.Dur(r.CPUPerCheck), report.Dur(r.ClientCPU/time.Duration(r.Count)))
+			report.Dur(r.P99), report.Dur(r.CPUPerCheck), report.Dur(r.ClientPerCheck()))
 	}
 	return runs, nil
 }
