@@ -24,11 +24,12 @@ var ErrClosed = errors.New("audit: trail closed")
 // Writer is an io.Writer that group-commits: each Write returns once its
 // bytes have been written to the underlying writer, in one write together
 // with whatever other Writes arrived while the previous write was under
-// way, or while the Write that starts a batch yielded the processor once
+// way, or while the Write that starts a batch yielded the processor
 // (runtime.Gosched) to the goroutines ready to run, which under load are
-// other decisions on their way to their own Writes. No goroutine runs in
-// the background and nothing waits on a timer: alone, a Write writes at
-// once, as a plain writer would.
+// other decisions on their way to their own Writes: once, and again while
+// Writes joined, up to maxYields times. No goroutine runs in the
+// background and nothing waits on a timer: alone, a Write writes at once,
+// as a plain writer would.
 //
 // Each Write's bytes are written whole and in the order the Writes took
 // the lock, never interleaved with another's; a zerolog logger writes one
@@ -52,6 +53,8 @@ type Writer struct {
 	spareDigests []hash.Hash
 	// closed refuses every Write after a Trail's shutdown checkpoint.
 	closed bool
+	// yield is runtime.Gosched; a test sets its own.
+	yield func()
 }
 
 // batch is the Writes that go to the underlying writer in one write, and
@@ -73,13 +76,18 @@ type batch struct {
 
 // NewWriter returns a Writer on w. Nothing else may write to w.
 func NewWriter(w io.Writer) *Writer {
-	g := &Writer{w: w, next: &batch{}}
+	g := &Writer{w: w, next: &batch{}, yield: runtime.Gosched}
 	g.done = sync.NewCond(&g.mu)
 	return g
 }
 
 // maxRetained bounds the buffer a Writer keeps between bursts.
 const maxRetained = 1 << 20
+
+// maxYields bounds the times the Write that starts a batch yields: each
+// lets more decisions join the write, and holds back the answer to its
+// own.
+const maxYields = 3
 
 // Write implements io.Writer. It fails with the underlying writer's error
 // if the write carrying p failed.
@@ -115,10 +123,20 @@ func (g *Writer) write(p []byte, mark func(*batch)) error {
 			// Alone, nothing is ready and this returns at once. Only the
 			// Write that starts b yields; while it does, no other writes
 			// b, as none writes while a write is under way.
+			//
+			// While Writes keep joining, more decisions are on their way:
+			// it yields again, up to maxYields times in all, so that a
+			// burst of them shares the write.
 			b.gathering = true
-			g.mu.Unlock()
-			runtime.Gosched()
-			g.mu.Lock()
+			for range maxYields {
+				n := len(b.buf)
+				g.mu.Unlock()
+				g.yield()
+				g.mu.Lock()
+				if len(b.buf) == n {
+					break
+				}
+			}
 			b.gathering, b.gathered = false, true
 		}
 		// No write is under way, so b is still the next batch: write it.

@@ -95,6 +95,59 @@ func TestWritesArrivingDuringAWriteShareTheNext(t *testing.T) {
 	}
 }
 
+// The Write that starts a batch yields, and yields again while other
+// Writes join it, up to maxYields times: a burst shares one write, and a
+// Write alone yields once.
+func TestStartingWriteYieldsWhileWritesJoin(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		joining int // Writes that join during the first yields, one a yield
+		yields  int
+	}{
+		{"alone", 0, 1},
+		{"one joins", 1, 2},
+		{"two join", 2, 3},
+		{"a burst past the bound", maxYields + 2, maxYields},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			g := NewWriter(rec)
+			var wg sync.WaitGroup
+			yields := 0
+			g.yield = func() {
+				yields++
+				if yields > tc.joining {
+					return
+				}
+				// Another decision reaches its Write while this one yields.
+				line := fmt.Sprintf("joined %d\n", yields)
+				wg.Go(func() { mustWrite(t, g, line) })
+				for {
+					g.mu.Lock()
+					joined := bytes.Contains(g.next.buf, []byte(line))
+					g.mu.Unlock()
+					if joined {
+						return
+					}
+					runtime.Gosched()
+				}
+			}
+			mustWrite(t, g, "first\n")
+			wg.Wait()
+			if yields != tc.yields {
+				t.Errorf("yielded %d times, want %d", yields, tc.yields)
+			}
+			joined := min(tc.joining, maxYields)
+			if got := strings.Count(rec.writes[0], "\n"); got != 1+joined {
+				t.Errorf("the first write held %d lines, want %d: %q", got, 1+joined, rec.writes)
+			}
+			if got := strings.Count(rec.all(), "\n"); got != 1+joined {
+				t.Errorf("%d lines written in all, want %d", got, 1+joined)
+			}
+		})
+	}
+}
+
 // Under concurrent load every line is written exactly once, whole, each
 // writer's lines in its own order, and is there when its Write returns.
 func TestConcurrentWritesKeepEveryLine(t *testing.T) {
