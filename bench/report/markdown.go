@@ -202,6 +202,78 @@ func envoySection(b *strings.Builder, r *Results) {
 			fmt.Sprint(e.Calls)})
 	}
 	table(b, []string{"mode", "calls/s", "p50", "p99", "mean", "max", "added p50", "added p99", "calls"}, rows)
+
+	var cpu []cpuRow
+	for _, e := range r.Envoy {
+		if len(e.CPU) > 0 {
+			cpu = append(cpu, cpuRow{e.Mode, e.CPU})
+		}
+	}
+	if len(cpu) > 0 {
+		fmt.Fprintf(b, "\n### Where a call's CPU goes\n\n"+
+			"Each process's CPU time (user + system, from `/proc`) over the mode's two turns, divided by the mode's calls. "+
+			"The processes share the machine's cores, so what one spends on a call is taken from the others. "+
+			"The authorizer is the ext_authz server (both replicas in the last mode); the load is the harness's own process, its MCP clients.\n\n")
+		cpuTable(b, "mode", cpu, ModeCapsnap, ModeFloor, "capsnap − floor")
+	}
+}
+
+// cpuRow is one mode's split of a call's CPU among processes.
+type cpuRow struct {
+	mode string
+	cpu  []ProcessCPU
+}
+
+// cpuTable writes each row's CPU per call, by process and in all, and a
+// last row (named label) of what mode more adds over mode base.
+func cpuTable(b *strings.Builder, first string, rows []cpuRow, more, base, label string) {
+	// The columns in the order of the row with the most processes, the
+	// others' after.
+	var procs []string
+	byCount := slices.Clone(rows)
+	slices.SortStableFunc(byCount, func(a, b cpuRow) int { return len(b.cpu) - len(a.cpu) })
+	for _, r := range byCount {
+		for _, p := range r.cpu {
+			if !slices.Contains(procs, p.Process) {
+				procs = append(procs, p.Process)
+			}
+		}
+	}
+	perCall := func(r cpuRow, process string) time.Duration {
+		for _, p := range r.cpu {
+			if p.Process == process {
+				return p.PerCall
+			}
+		}
+		return 0
+	}
+	var out [][]string
+	var m, bs *cpuRow
+	for i, r := range rows {
+		line, all := []string{r.mode}, time.Duration(0)
+		for _, p := range procs {
+			d := perCall(r, p)
+			all += d
+			line = append(line, orDash(d))
+		}
+		out = append(out, append(line, Dur(all)))
+		switch r.mode {
+		case more:
+			m = &rows[i]
+		case base:
+			bs = &rows[i]
+		}
+	}
+	if m != nil && bs != nil {
+		line, all := []string{label}, time.Duration(0)
+		for _, p := range procs {
+			d := perCall(*m, p) - perCall(*bs, p)
+			all += d
+			line = append(line, signed(d))
+		}
+		out = append(out, append(line, signed(all)))
+	}
+	table(b, append(append([]string{first}, procs...), "all"), out)
 }
 
 func deliverySection(b *strings.Builder, r *Results) {
@@ -248,6 +320,14 @@ func deliverySection(b *strings.Builder, r *Results) {
 	table(b, []string{"Envoy", "listings", "listings/s", "p50", "p90", "p99", "mean", "max", "added p50", "added p99"}, rows)
 	t := DeliveryTarget(d)
 	fmt.Fprintf(b, "\nIssue 17's target: %s %s. This run: %s, **%s**.\n", t.Name, t.Threshold, t.Measured, t.Status)
+	if len(d.WithCPU) > 0 && len(d.WithoutCPU) > 0 {
+		const with, without = "with the response path", "without the response path"
+		fmt.Fprintf(b, "\n### Where a listing's CPU goes\n\n"+
+			"Each process's CPU time (user + system, from `/proc`) over the Envoy's two turns, divided by its listings. "+
+			"The processes share the machine's cores, so what one spends on a listing is taken from the others. "+
+			"The load is the harness's own process: its HTTP clients, which read and parse each list.\n\n")
+		cpuTable(b, "mode", []cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
+	}
 }
 
 func scaleSection(b *strings.Builder, r *Results) {
@@ -420,7 +500,8 @@ func methodSection(b *strings.Builder, r *Results) {
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
 		storeMethod(r),
-		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them alone (concurrency 1, for the target judged there) and at the highest concurrency (for the others), after the measured runs. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
+		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them alone (concurrency 1, for the target judged there) and at the highest concurrency (for the others), after the measured runs. For the response path's target they show the running capsnap's, taken the same way while the workers list through it after the measured turns. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
+		"**CPU by process.** Through Envoy and on the response path, every process that serves the calls (Envoy, the MCP server, the ext_authz server or capsnap, Redis, and the harness's own process, whose clients make the calls) has its utime + stime read from `/proc/PID/stat` before and after each measured turn; a mode's sum over its turns, divided by its calls, is what a call costs each.",
 	} {
 		fmt.Fprintf(b, "- %s\n", line)
 	}

@@ -211,6 +211,58 @@ func TestDeliverySection(t *testing.T) {
 	}
 }
 
+// Each process's CPU per listing is tabled, with what the response path
+// adds to each; no table without the figures.
+func TestDeliveryCPU(t *testing.T) {
+	r := sample()
+	r.Delivery = delivery()
+	cpu := func(envoy, capsnap, fixture, load time.Duration) []ProcessCPU {
+		return []ProcessCPU{{Process: "Envoy", PerCall: envoy}, {Process: "capsnap", PerCall: capsnap},
+			{Process: "mcpfixture", PerCall: fixture}, {Process: "the load", PerCall: load}}
+	}
+	r.Delivery.WithoutCPU = cpu(800*time.Microsecond, 750*time.Microsecond, 3200*time.Microsecond, 1500*time.Microsecond)
+	r.Delivery.WithCPU = cpu(1300*time.Microsecond, 2100*time.Microsecond, 3500*time.Microsecond, 400*time.Microsecond)
+	mustContain(t, string(Markdown(r, "x.svg")),
+		"### Where a listing's CPU goes",
+		"| mode | Envoy | capsnap | mcpfixture | the load | all |",
+		"| without the response path | 800 µs | 750 µs | 3.20 ms | 1.50 ms | 6.25 ms |",
+		"| with the response path | 1.30 ms | 2.10 ms | 3.50 ms | 400 µs | 7.30 ms |",
+		"| added by the response path | +500 µs | +1.35 ms | +300 µs | −1.10 ms | +1.05 ms |",
+	)
+	r.Delivery.WithCPU = nil
+	if md := string(Markdown(r, "x.svg")); strings.Contains(md, "Where a listing's CPU goes") {
+		t.Error("a CPU table without the figures of both Envoys")
+	}
+}
+
+// A call's CPU through Envoy is tabled by process for each mode, a
+// process a mode does not run shown as a dash, and capsnap's cost over
+// the floor's given by process.
+func TestEnvoyCPU(t *testing.T) {
+	r := sample()
+	byProcess := map[string][]ProcessCPU{
+		ModeNone: {{Process: "Envoy", PerCall: 200 * time.Microsecond}, {Process: "billing", PerCall: 450 * time.Microsecond},
+			{Process: "the load", PerCall: 220 * time.Microsecond}},
+		ModeFloor: {{Process: "Envoy", PerCall: 330 * time.Microsecond}, {Process: "billing", PerCall: 470 * time.Microsecond},
+			{Process: "the authorizer", PerCall: 110 * time.Microsecond}, {Process: "the load", PerCall: 230 * time.Microsecond}},
+		ModeCapsnap: {{Process: "Envoy", PerCall: 390 * time.Microsecond}, {Process: "billing", PerCall: 460 * time.Microsecond},
+			{Process: "the authorizer", PerCall: 160 * time.Microsecond}, {Process: "the load", PerCall: 240 * time.Microsecond}},
+	}
+	for i := range r.Envoy {
+		r.Envoy[i].CPU = byProcess[r.Envoy[i].Mode]
+	}
+	mustContain(t, string(Markdown(r, "x.svg")),
+		"### Where a call's CPU goes",
+		"| mode | Envoy | billing | the authorizer | the load | all |",
+		"| "+ModeNone+" | 200 µs | 450 µs | – | 220 µs | 870 µs |",
+		"| "+ModeCapsnap+" | 390 µs | 460 µs | 160 µs | 240 µs | 1.25 ms |",
+		"| capsnap − floor | +60 µs | −10 µs | +50 µs | +10 µs | +110 µs |",
+	)
+	if md := string(Markdown(sample(), "x.svg")); strings.Contains(md, "Where a call's CPU goes") {
+		t.Error("a CPU table without figures")
+	}
+}
+
 func TestDeliveryTarget(t *testing.T) {
 	d := delivery()
 	if tg := DeliveryTarget(d); tg.Status != Met || !strings.Contains(tg.Name, "225-tool catalog") {

@@ -151,6 +151,17 @@ type GRPCRun struct {
 type EnvoyRun struct {
 	Mode string `json:"mode"`
 	mcpload.Result
+	// CPU is what each process spent on the mode's calls.
+	CPU []ProcessCPU `json:"cpu,omitempty"`
+}
+
+// ProcessCPU is the CPU time (user + system, from /proc) one process, or
+// several doing one job, spent over a mode's measured turns, and that per
+// call: the split of a call's cost among the processes that make it.
+type ProcessCPU struct {
+	Process string        `json:"process"`
+	CPU     time.Duration `json:"cpu_ns"`
+	PerCall time.Duration `json:"per_call_ns"`
 }
 
 // Invalidation is the time from a redeploy to the first drift denial.
@@ -228,6 +239,12 @@ type Delivery struct {
 	// through the same Envoy without it.
 	With    mcpload.Result `json:"with_response_path"`
 	Without mcpload.Result `json:"without_response_path"`
+	// WithCPU and WithoutCPU are what each process spent on them.
+	WithCPU    []ProcessCPU `json:"with_cpu,omitempty"`
+	WithoutCPU []ProcessCPU `json:"without_cpu,omitempty"`
+	// Profile is capsnap's CPU profile while it served listings through
+	// the response path, after the measured turns.
+	Profile *Profile `json:"profile,omitempty"`
 }
 
 // Ran is whether the delivery step measured anything.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -190,5 +192,46 @@ func TestParseTopAndSplit(t *testing.T) {
 	}
 	if _, _, err := parseTop("File: capsnap\n"); err == nil {
 		t.Error("a text without samples parsed")
+	}
+}
+
+// A tally charges each process what it spent during its turns, and each
+// call its share; a turn that fails adds nothing.
+func TestCPUTally(t *testing.T) {
+	tally := newCPUTally(theLoad())
+	burn := func(calls int) func() (int, error) {
+		return func() (int, error) {
+			// Spin until this process has spent 50 ms more, a few clock
+			// ticks (proc.CPU counts in ticks), however busy the machine.
+			start, err := proc.CPU(os.Getpid())
+			for err == nil {
+				var now time.Duration
+				if now, err = proc.CPU(os.Getpid()); now-start >= 50*time.Millisecond {
+					break
+				}
+			}
+			return calls, err
+		}
+	}
+	for range 2 {
+		if err := tally.during(burn(50)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tally.during(func() (int, error) { return 7, fmt.Errorf("a failed turn") }); err == nil {
+		t.Fatal("a failed turn's error was lost")
+	}
+	got := tally.perCall()
+	if len(got) != 1 || got[0].Process != "the load" {
+		t.Fatalf("perCall = %+v", got)
+	}
+	if got[0].CPU < 100*time.Millisecond || got[0].CPU > 10*time.Second {
+		t.Errorf("the load spent %v over two turns of 50 ms or more", got[0].CPU)
+	}
+	if got[0].PerCall != got[0].CPU/100 {
+		t.Errorf("per call %v, want %v ÷ 100 calls", got[0].PerCall, got[0].CPU)
+	}
+	if newCPUTally(theLoad()).perCall() != nil {
+		t.Error("a tally without calls has figures")
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -148,15 +150,23 @@ func (h *harness) delivery(ctx context.Context) error {
 	// A machine that gets busier or quieter during the step weighs on
 	// both alike.
 	samples := map[*listingMode][]mcpload.Sample{}
+	tallies := map[*listingMode]*cpuTally{}
+	for _, m := range modes {
+		tallies[m] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
+			process{"mcpfixture", []int{fixture.Pid()}}, theLoad())
+	}
 	for _, m := range []*listingMode{with, without, without, with} {
-		s, err := m.measure(ctx, deliveryListings/2, deliveryTurn)
+		err := tallies[m].during(func() (int, error) {
+			s, err := m.measure(ctx, deliveryListings/2, deliveryTurn)
+			samples[m] = append(samples[m], s)
+			return len(s.Latencies), err
+		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		if err := m.envoy.gone(); err != nil {
 			return err
 		}
-		samples[m] = append(samples[m], s)
 	}
 	for _, m := range modes {
 		if _, after, err := m.capsnap.decisions(ctx); err != nil || after != denied[m] {
@@ -164,6 +174,10 @@ func (h *harness) delivery(ctx context.Context) error {
 		}
 	}
 	d.With, d.Without = mcpload.Summarize(samples[with]...), mcpload.Summarize(samples[without]...)
+	d.WithCPU, d.WithoutCPU = tallies[with].perCall(), tallies[without].perCall()
+	if d.Profile, err = h.profileListings(ctx, with); err != nil {
+		return fmt.Errorf("%s: profile: %w", with.name, err)
+	}
 	for _, m := range []struct {
 		name string
 		res  mcpload.Result
@@ -174,6 +188,48 @@ func (h *harness) delivery(ctx context.Context) error {
 	t := report.DeliveryTarget(*d)
 	h.logf("   issue 17: %s %s: %s, %s", t.Name, t.Threshold, t.Measured, t.Status)
 	return nil
+}
+
+// profileListings profiles m's capsnap while the workers list through m
+// for about twice the profile window, after the measured turns: where a
+// listing's CPU goes in the running server, its transport and audit
+// writes included, which BenchmarkDeliver225 does not run.
+func (h *harness) profileListings(ctx context.Context, m *listingMode) (*report.Profile, error) {
+	file := filepath.Join(h.o.out, "live-"+m.capsnap.Name+".pprof")
+	type result struct {
+		s   mcpload.Sample
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := m.measure(ctx, math.MaxInt, 2*profileWindow)
+		done <- result{s, err}
+	}()
+	select {
+	case <-time.After(profileWindow / 4):
+	case r := <-done:
+		return nil, fmt.Errorf("the listings ended before the profile began: %v", r.err)
+	}
+	perr := fetchProfile(ctx, m.capsnap.adminURL, file)
+	r := <-done
+	if r.err != nil {
+		return nil, r.err
+	}
+	if perr != nil {
+		return nil, perr
+	}
+	args := []string{"tool", "pprof", "-top", "-cum", "-nodecount", "40", file}
+	top, err := pprofText(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	rate := float64(len(r.s.Latencies)) / r.s.Elapsed.Seconds()
+	return &report.Profile{
+		What: fmt.Sprintf("CPU profile of the running capsnap (%s), %v while %d workers listed through the response path at %.0f listings/s, after the measured turns; its top 40 functions by cumulative time. "+
+			"Divide a function's time by the rate and the window for its cost per listing.", m.capsnap.Name, profileWindow, len(m.clients), rate),
+		Command: "go " + strings.Join(args, " "),
+		Top:     top,
+	}, nil
 }
 
 // deliveryPolicy classifies every one of tools (a read, every fourth a

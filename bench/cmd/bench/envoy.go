@@ -110,13 +110,32 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		defer m.close(h)
 		modes[mode] = m
 	}
+	// Where each call's CPU goes: the processes that serve a mode's calls.
+	authzProcs := map[string][]int{
+		report.ModeFloor: {noop.Pid()}, report.ModeCapsnap: {cs.Pid()},
+		report.ModeRedis: {onRedis[0].Pid()}, report.ModeReplicas: {onRedis[1].Pid(), onRedis[2].Pid()},
+	}
+	tallies := map[string]*cpuTally{}
+	for _, mode := range all {
+		procs := []process{{"Envoy", []int{modes[mode].envoy.Pid()}}, {"billing", []int{billing.Pid()}}}
+		if pids := authzProcs[mode]; pids != nil {
+			procs = append(procs, process{"the authorizer", pids})
+		}
+		if slices.Contains(report.StoreModes, mode) {
+			procs = append(procs, process{"Redis", []int{redis.Pid()}})
+		}
+		tallies[mode] = newCPUTally(append(procs, theLoad())...)
+	}
 	samples := map[string][]mcpload.Sample{}
 	for _, mode := range append(slices.Clone(all), reversed(all)...) {
-		s, err := modes[mode].measure(ctx, h.o.envoyRun/2, envoyPerWorker/2)
+		err := tallies[mode].during(func() (int, error) {
+			s, err := modes[mode].measure(ctx, h.o.envoyRun/2, envoyPerWorker/2)
+			samples[mode] = append(samples[mode], s)
+			return len(s.Latencies), err
+		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
-		samples[mode] = append(samples[mode], s)
 	}
 	for i, c := range capsnaps {
 		if _, after, err := c.decisions(ctx); err != nil || after != denied[i] {
@@ -125,7 +144,7 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 	}
 	for _, mode := range all {
 		res := mcpload.Summarize(samples[mode]...)
-		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res})
+		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res, CPU: tallies[mode].perCall()})
 		h.logf("   %-32s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
 	}
 	return nil

@@ -21,6 +21,9 @@ type profileSpec struct {
 	// live takes the profiles of the running servers (liveProfile)
 	// instead of a Go benchmark's: under the heaviest load, or alone.
 	live, alone bool
+	// listings takes the running capsnap's profile while it served
+	// listings through the response path (profileListings).
+	listings bool
 }
 
 var (
@@ -48,10 +51,7 @@ var (
 			what:  "CPU profile of one allowed Check as deployed (BenchmarkCheckDeployed: Redis store, snapshot held, envelope under a grant), its top 20 functions:",
 			bench: "^BenchmarkCheckDeployed$", file: "check-deployed.pprof",
 		},
-		report.TargetDelivery: {
-			what:  "CPU profile of capsnap's part of a tools/list response of 225 tools (BenchmarkDeliver225), its top 20 functions:",
-			bench: "^BenchmarkDeliver225$", file: "deliver-225.pprof",
-		},
+		report.TargetDelivery: {listings: true},
 		report.TargetFlat: {
 			what:  "CPU profile of the allowed Check against 100,000 tools, its top 20 functions:",
 			bench: "^BenchmarkCheckCatalogSize$/^tools=100000$", file: "catalog-100000.pprof",
@@ -71,6 +71,10 @@ func (h *harness) judge(ctx context.Context) error {
 		t := &h.results.Targets[i]
 		spec, ok := profiles[t.ID]
 		if t.Status != report.Missed || !ok {
+			continue
+		}
+		if spec.listings {
+			t.Profile = h.results.Delivery.Profile
 			continue
 		}
 		if spec.live {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/capsnap/capsnap/bench/proc"
+	"github.com/capsnap/capsnap/bench/report"
+)
+
+// process is one job in a measured turn, done by one process or several
+// (two replicas): what a call's CPU is split by.
+type process struct {
+	name string
+	pids []int
+}
+
+// theLoad is the harness's own process, whose clients make the calls.
+func theLoad() process { return process{"the load", []int{os.Getpid()}} }
+
+// cpuTally adds up what each of its processes spends over a mode's turns,
+// and the calls the turns made.
+type cpuTally struct {
+	procs []process
+	spent []time.Duration
+	calls int
+}
+
+func newCPUTally(procs ...process) *cpuTally {
+	return &cpuTally{procs: procs, spent: make([]time.Duration, len(procs))}
+}
+
+// during runs turn, which returns the calls it made, and adds what each
+// process spent meanwhile.
+func (t *cpuTally) during(turn func() (int, error)) error {
+	before, err := t.read()
+	if err != nil {
+		return err
+	}
+	calls, err := turn()
+	if err != nil {
+		return err
+	}
+	after, err := t.read()
+	if err != nil {
+		return err
+	}
+	for i := range t.spent {
+		t.spent[i] += after[i] - before[i]
+	}
+	t.calls += calls
+	return nil
+}
+
+func (t *cpuTally) read() ([]time.Duration, error) {
+	out := make([]time.Duration, len(t.procs))
+	for i, p := range t.procs {
+		for _, pid := range p.pids {
+			cpu, err := proc.CPU(pid)
+			if err != nil {
+				return nil, fmt.Errorf("CPU of %s (pid %d): %w", p.name, pid, err)
+			}
+			out[i] += cpu
+		}
+	}
+	return out, nil
+}
+
+// perCall is the tally as the report gives it; nil before any call.
+func (t *cpuTally) perCall() []report.ProcessCPU {
+	if t.calls == 0 {
+		return nil
+	}
+	out := make([]report.ProcessCPU, len(t.procs))
+	for i, p := range t.procs {
+		out[i] = report.ProcessCPU{Process: p.name, CPU: t.spent[i], PerCall: t.spent[i] / time.Duration(t.calls)}
+	}
+	return out
+}
