@@ -282,7 +282,9 @@ class Verifier:
     ec_paramgen_curve:P-256`` writes), several during a rotation: a grant's
     call key is decrypted with the one its JWE's ``kid`` names (the key's
     RFC 7638 thumbprint). Without any, a call under a grant is refused and
-    only envelopes signed whole are taken.
+    only envelopes signed whole are taken. ``max_grants`` bounds the grants
+    kept open: past it, those expired are dropped, then the oldest, and a
+    grant dropped costs its checks again.
 
     Thread-safe. ``verify`` may block on a JWKS fetch (5 s at most); from
     async code, call it in a worker thread when ``jwks_url`` is set.
@@ -296,6 +298,7 @@ class Verifier:
         jwks_url: str | None = None,
         jwks: Mapping[str, Any] | None = None,
         grant_key_files: Sequence[str] = (),
+        max_grants: int = MAX_GRANTS,
         refresh: float = 300.0,
         cooldown: float = 1.0,
         leeway: float = 5.0,
@@ -307,6 +310,8 @@ class Verifier:
             raise ValueError("capsnap envelope: give a verifier exactly one of jwks_file, jwks_url and jwks")
         if isinstance(grant_key_files, (str, bytes)):
             raise TypeError("capsnap envelope: grant_key_files is a list of file names")
+        if isinstance(max_grants, bool) or not isinstance(max_grants, int) or max_grants < 1:
+            raise ValueError("capsnap envelope: max_grants is a positive integer")
         self.audience = audience
         self.jwks_url = jwks_url
         self._refresh, self._cooldown, self._leeway, self._now = refresh, cooldown, leeway, now
@@ -320,6 +325,7 @@ class Verifier:
             key = _read_grant_key(f)
             self._grant_keys[key.thumbprint()] = key
         self._grants: dict[str, _OpenGrant] = {}  # grant token, exactly as sent -> the grant opened
+        self._max_grants = max_grants
         if jwks_file is not None:
             with open(jwks_file, "rb") as f:
                 self._keys = _parse_jwks(f.read(), jwks_file)
@@ -474,13 +480,13 @@ class Verifier:
             ) from None
 
     def _keep(self, token: str, g: _OpenGrant) -> None:
-        """Keeps a grant opened until it expires; past MAX_GRANTS, drops the expired, then the oldest."""
+        """Keeps a grant opened until it expires; past max_grants, drops the expired, then the oldest."""
         with self._lock:
-            if token not in self._grants and len(self._grants) >= MAX_GRANTS:
+            if token not in self._grants and len(self._grants) >= self._max_grants:
                 t = self._now()
                 for k in [k for k, o in self._grants.items() if t > o.claims["exp"]]:
                     del self._grants[k]
-                while len(self._grants) >= MAX_GRANTS:
+                while len(self._grants) >= self._max_grants:
                     del self._grants[next(iter(self._grants))]
             self._grants[token] = g
 

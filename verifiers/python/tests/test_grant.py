@@ -208,20 +208,26 @@ class UnderAGrantTest(unittest.TestCase):
 
     def test_grants_kept_are_bounded(self):
         clock = [IAT + 5.0]
-        v = verifier(lambda: clock[0])
+        v = verifier(lambda: clock[0], max_grants=2)
         short = make_grant(A, BILLING, lambda c: c.update(exp=IAT + 10))
         grants = [make_grant(A, BILLING) for _ in range(3)]
-        with mock.patch.object(capsnap_envelope, "MAX_GRANTS", 2):
-            self.assertEqual(outcome(v, short.seal(call_claims("c0")), refund_call(), short.token), "")
-            self.assertEqual(outcome(v, grants[0].seal(call_claims("c1")), refund_call(), grants[0].token), "")
-            clock[0] = IAT + 20  # short has expired: it goes first
-            self.assertEqual(outcome(v, grants[1].seal(call_claims("c2")), refund_call(), grants[1].token), "")
-            self.assertEqual(list(v._grants), [grants[0].token, grants[1].token])
-            # None has expired: the oldest goes.
-            self.assertEqual(outcome(v, grants[2].seal(call_claims("c3")), refund_call(), grants[2].token), "")
-            self.assertEqual(list(v._grants), [grants[1].token, grants[2].token])
-            # A grant dropped is opened again.
-            self.assertEqual(outcome(v, grants[0].seal(call_claims("c4")), refund_call(), grants[0].token), "")
+        self.assertEqual(outcome(v, short.seal(call_claims("c0")), refund_call(), short.token), "")
+        self.assertEqual(outcome(v, grants[0].seal(call_claims("c1")), refund_call(), grants[0].token), "")
+        clock[0] = IAT + 20  # short has expired: it goes first
+        self.assertEqual(outcome(v, grants[1].seal(call_claims("c2")), refund_call(), grants[1].token), "")
+        self.assertEqual(list(v._grants), [grants[0].token, grants[1].token])
+        # None has expired: the oldest goes.
+        self.assertEqual(outcome(v, grants[2].seal(call_claims("c3")), refund_call(), grants[2].token), "")
+        self.assertEqual(list(v._grants), [grants[1].token, grants[2].token])
+        # A grant dropped is opened again.
+        self.assertEqual(outcome(v, grants[0].seal(call_claims("c4")), refund_call(), grants[0].token), "")
+
+    def test_max_grants_is_a_positive_integer(self):
+        self.assertEqual(capsnap_envelope.MAX_GRANTS, 4096)
+        self.assertEqual(verifier()._max_grants, capsnap_envelope.MAX_GRANTS)
+        for bad in (0, -1, 1.5, True, "2"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                verifier(max_grants=bad)
 
     def test_grant_keys_that_are_not_p256_private_keys_are_refused_at_start(self):
         td = tempfile.TemporaryDirectory()
