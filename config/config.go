@@ -188,7 +188,8 @@ type Discovery struct {
 	// Bind is BindDelivered or BindCatalog.
 	Bind string `yaml:"bind"`
 	// MaxResponseBytes bounds a tools/list response capsnap reads on the
-	// response path; a larger one never reaches the agent. Envoy buffers
+	// response path; a larger one never reaches the agent. Streamed in
+	// full duplex, capsnap stops reading past it. Buffered, Envoy holds
 	// such a response up to the ext_authz filter's max_request_bytes
 	// (which bounds both directions of the request) and refuses a larger
 	// one itself: keep the two equal.

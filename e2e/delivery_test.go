@@ -675,6 +675,26 @@ func TestSSEAndJSONLists(t *testing.T) {
 	}
 }
 
+// A list longer than discovery.max_response_bytes never reaches the agent:
+// Envoy streams it to capsnap in full duplex, and capsnap reads no further
+// than the bound and answers a JSON-RPC error in its place, over SSE and
+// JSON alike.
+func TestListOverTheBound(t *testing.T) {
+	for _, variant := range []string{"", "json"} {
+		t.Run("mode="+variant, func(t *testing.T) {
+			s := deliveryStack(t, variant, func(o *testbed.StackOptions) { o.MaxResponseBytes = 1024 })
+			resp, body := deliveryRawList(t, s, 7, nil)
+			deliveryCheckMalformed(t, resp.StatusCode, resp.Header, body, json.RawMessage("7"))
+			if bytes.Contains(body, []byte("lookup_order")) {
+				t.Fatalf("the list reached the agent:\n%s", body)
+			}
+			if !strings.Contains(s.Capsnap.Output(), "over discovery.max_response_bytes 1024") {
+				t.Fatal("capsnap's audit does not say the list was over the bound")
+			}
+		})
+	}
+}
+
 // deliveryRawList posts one 2026-07-28 tools/list with id through Envoy, as
 // an agent that sends extra headers.
 func deliveryRawList(t *testing.T, s *testbed.Stack, id int, extra map[string]string) (*http.Response, []byte) {

@@ -97,8 +97,9 @@ type ResponseHead struct {
 	Status          int
 	ContentType     string
 	ContentEncoding string
-	// Streamed is set when the body came in parts rather than whole: a
-	// response path that is not buffered cannot be read or rewritten.
+	// Streamed is set when the body came in parts that each wanted an
+	// answer of its own (STREAMED): a response path that neither buffers
+	// it nor streams it in full duplex cannot read or rewrite it whole.
 	Streamed bool
 	// CapsnapHeaders are the x-capsnap-* headers the server sent, which
 	// never reach the agent.
@@ -130,9 +131,14 @@ type Withheld struct {
 	Detail string      `json:"detail"`
 }
 
+// MaxResponseBytes is the most of a tools/list response Deliver reads
+// (discovery.max_response_bytes): an adapter that gathers a body in parts
+// stops there.
+func (s *Server) MaxResponseBytes() int { return s.maxResponse }
+
 // Deliver is the authorize boundary on the response path. It reads the
 // tools/list response the server sent (its head and whole body, as
-// Envoy's ext_proc filter buffers it) for the listing its ticket names, mints a
+// Envoy's ext_proc filter streams or buffers it) for the listing its ticket names, mints a
 // snapshot over exactly the delivered tools that the policy grants, the
 // lockfile approves and capsnap's live view confirms at the same digest,
 // and returns the response rewritten to exactly those: the list the agent
@@ -180,11 +186,12 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		}
 		return nil
 	case head.Streamed:
-		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be BUFFERED")
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
 	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
 	case len(body) > s.maxResponse:
-		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %d bytes, over discovery.max_response_bytes %d", len(body), s.maxResponse)
+		// At least: a body streamed in full duplex is read no further.
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response is over discovery.max_response_bytes %d (at least %d bytes)", s.maxResponse, len(body))
 	}
 	// Every delivered tool's digest is needed, withheld or not: a tool
 	// capsnap cannot digest makes the whole list one it cannot vouch for.

@@ -8,8 +8,11 @@
 //
 // Envoy runs this filter only for responses whose Check left a listing
 // ticket in the ext_authz filter's dynamic metadata (see envoy/demo.yaml),
-// with the response headers sent and the response body buffered whole;
-// anything else it is sent is let through unchanged on the request side and
+// with the response headers sent and the body either streamed to capsnap
+// in full duplex (FULL_DUPLEX_STREAMED, envoy/*.yaml: the headers' answer
+// waits for the last chunk, one exchange for the whole response) or
+// buffered whole by Envoy (BUFFERED: two exchanges, headers then body).
+// Anything else it is sent is let through unchanged on the request side and
 // refused on the response side.
 package extproc
 
@@ -20,6 +23,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
@@ -35,9 +39,10 @@ import (
 const MetadataNamespace = "envoy.filters.http.ext_authz"
 
 // Decider decides a tools/list response: the decision core's response
-// half, extauthz.Server.Deliver.
+// half, extauthz.Server.Deliver, and the most of a response it reads.
 type Decider interface {
 	Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery
+	MaxResponseBytes() int
 }
 
 var _ Decider = (*extauthz.Server)(nil)
@@ -55,7 +60,13 @@ func New(d Decider) *Server { return &Server{decider: d} }
 
 // Process serves one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var head extauthz.ResponseHead
+	var (
+		head extauthz.ResponseHead
+		// duplex says Envoy streams the body in full duplex, and body
+		// collects its chunks until the last.
+		duplex bool
+		body   []byte
+	)
 	for {
 		req, err := stream.Recv()
 		// Envoy ends a stream by cancelling it once it has the last answer
@@ -65,6 +76,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		if err != nil {
 			return err
+		}
+		if pc := req.GetProtocolConfig(); pc != nil {
+			// Envoy says on a stream's first message how it sends bodies.
+			duplex = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 		}
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.GetRequest().(type) {
@@ -76,20 +91,49 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			head = responseHead(r.ResponseHeaders.GetHeaders())
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
-			if r.ResponseHeaders.GetEndOfStream() {
+			switch {
+			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
 				resp = s.decide(req, head, nil, false)
+			case duplex:
+				// Answered with the body, whose last chunk says which
+				// snapshot the headers name.
+				continue
+			default:
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 			}
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			if !r.ResponseBody.GetEndOfStream() {
-				// Only a whole response can be read and rewritten; a
-				// streamed mode is a misconfiguration, and fails closed.
-				head.Streamed = true
+			chunk, last := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
+			if !duplex {
+				if !last {
+					// Only a whole response can be read and rewritten;
+					// a streamed mode but full duplex is a
+					// misconfiguration, and fails closed.
+					head.Streamed = true
+				}
+				resp = s.decide(req, head, chunk, true)
+				break
 			}
-			resp = s.decide(req, head, r.ResponseBody.GetBody(), true)
+			body = append(body, chunk...)
+			if len(body) > s.decider.MaxResponseBytes() {
+				// Read no further: the decision refuses it as it is.
+				return send(stream, s.decideDuplex(req, head, body, false)...)
+			}
+			if !last {
+				continue
+			}
+			if err := send(stream, s.decideDuplex(req, head, body, false)...); err != nil {
+				return err
+			}
+			continue
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			if duplex {
+				// The body ended with the trailers that follow it.
+				if err := send(stream, s.decideDuplex(req, head, body, true)...); err != nil {
+					return err
+				}
+			}
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		default:
 			continue
@@ -98,6 +142,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err
 		}
 	}
+}
+
+func send(stream extprocv3.ExternalProcessor_ProcessServer, resps ...*extprocv3.ProcessingResponse) error {
+	for _, r := range resps {
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decide hands a whole response to the decider and turns its decision into
@@ -109,19 +162,9 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
 	out := s.decider.Deliver(ticket, head, body)
 	if out.Fail != nil {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(out.Status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: headers(out.Headers)},
-			Body:    out.Body,
-			Details: "capsnap_" + string(out.Fail.Reason),
-		}}}
+		return replaced(out)
 	}
-	common := &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-		SetHeaders: headers(out.Headers),
-		// The server's own x-capsnap-* headers never reach the agent:
-		// only capsnap says which snapshot a list was pinned under.
-		RemoveHeaders: head.CapsnapHeaders,
-	}}
+	common := headerMutation(head, out)
 	if out.Body != nil {
 		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out.Body}}
 		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, headers([][2]string{{"content-length", strconv.Itoa(len(out.Body))}})...)
@@ -130,6 +173,66 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: common}}}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}
+}
+
+// decideDuplex hands a response streamed in full duplex to the decider:
+// the headers' answer, with the snapshot's headers, then the body's, the
+// whole body in one chunk (ending the stream unless trailers follow); or
+// the JSON-RPC error in the response's place.
+func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) []*extprocv3.ProcessingResponse {
+	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
+	out := s.decider.Deliver(ticket, head, body)
+	if out.Fail != nil {
+		return []*extprocv3.ProcessingResponse{replaced(out)}
+	}
+	if out.Body != nil {
+		body = out.Body
+	}
+	// Envoy drops the content-length of a body streamed in full duplex,
+	// and sends the body chunked.
+	resps := []*extprocv3.ProcessingResponse{
+		{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: headerMutation(head, out)}}},
+	}
+	// In chunks of at most 64 KiB, as ext_proc's API asks of a streamed
+	// body; every one is a streamed response, which is all Envoy takes in
+	// this mode, and the last ends the stream unless trailers follow.
+	for {
+		n := min(len(body), maxChunk)
+		last := n == len(body)
+		resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body[:n], EndOfStream: last && !trailers},
+			}},
+		}}}})
+		if last {
+			return resps
+		}
+		body = body[n:]
+	}
+}
+
+// maxChunk is the most of a body one streamed response carries.
+const maxChunk = 64 << 10
+
+// replaced is the answer that puts a refusal's JSON-RPC error, status and
+// headers in the response's place.
+func replaced(out *extauthz.Delivery) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(out.Status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: headers(out.Headers)},
+		Body:    out.Body,
+		Details: "capsnap_" + string(out.Fail.Reason),
+	}}}
+}
+
+// headerMutation sets a delivery's headers and strips the server's own
+// x-capsnap-* headers, which never reach the agent: only capsnap says
+// which snapshot a list was pinned under.
+func headerMutation(head extauthz.ResponseHead, out *extauthz.Delivery) *extprocv3.CommonResponse {
+	return &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders:    headers(out.Headers),
+		RemoveHeaders: head.CapsnapHeaders,
+	}}
 }
 
 // responseHead reads what the decision needs of the response's headers.

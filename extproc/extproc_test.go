@@ -2,9 +2,12 @@ package extproc
 
 import (
 	"context"
+	"io"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,12 +25,21 @@ type recorder struct {
 	head   extauthz.ResponseHead
 	body   []byte
 	calls  int
+	// max is MaxResponseBytes; zero means 1 MiB.
+	max int
 }
 
 func (r *recorder) Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
 	r.ticket, r.head, r.body = ticket, head, body
 	r.calls++
 	return r.answer
+}
+
+func (r *recorder) MaxResponseBytes() int {
+	if r.max == 0 {
+		return 1 << 20
+	}
+	return r.max
 }
 
 // stream opens one ext_proc stream to a Server over d, through gRPC.
@@ -188,5 +200,151 @@ func TestRequestSideContinues(t *testing.T) {
 	resp := roundTrip(t, s, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}})
 	if resp.GetRequestHeaders() == nil || rec.calls != 0 {
 		t.Fatalf("answer %v", resp)
+	}
+}
+
+// duplexHeaders is the first message of a stream whose body Envoy streams
+// in full duplex: the response headers, and the processing mode.
+func duplexHeaders(kv ...string) *extprocv3.ProcessingRequest {
+	req := responseHeaders(false, kv...)
+	req.ProtocolConfig = &extprocv3.ProtocolConfiguration{ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
+	return req
+}
+
+// sendAll sends reqs, which Envoy sends in full duplex without waiting.
+func sendAll(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient, reqs ...*extprocv3.ProcessingRequest) {
+	t.Helper()
+	for _, r := range reqs {
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func recv(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient) *extprocv3.ProcessingResponse {
+	t.Helper()
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// In full duplex the headers' answer waits for the body's last chunk:
+// then it sets the epoch and strips the server's x-capsnap-* headers (no
+// content-length, which Envoy drops), and the body's answer is the
+// rewritten list whole, ending the stream.
+func TestDuplexAnswersOnceTheBodyEnds(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{
+		Body:    []byte(`{"rewritten":true}`),
+		Headers: [][2]string{{extauthz.HeaderEpoch, "ep_1"}},
+	}}
+	s := stream(t, rec)
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json", "x-capsnap-epoch", "ep_forged"),
+		responseBody(`{"original"`, false), responseBody(`:true}`, true))
+	resp := recv(t, s)
+	hm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation()
+	if h := setHeaders(hm); resp.GetResponseHeaders() == nil || h[extauthz.HeaderEpoch] != "ep_1" || h["content-length"] != "" {
+		t.Fatalf("first answer %v, want the headers' with the epoch", resp)
+	}
+	if got := hm.GetRemoveHeaders(); len(got) != 1 || got[0] != "x-capsnap-epoch" {
+		t.Fatalf("headers removed %v, want the server's x-capsnap-epoch", got)
+	}
+	resp = recv(t, s)
+	sr := resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if sr == nil || string(sr.GetBody()) != `{"rewritten":true}` || !sr.GetEndOfStream() {
+		t.Fatalf("second answer %v, want the whole rewritten body, ending the stream", resp)
+	}
+	if rec.calls != 1 || string(rec.body) != `{"original":true}` || rec.ticket != "ticket-1" {
+		t.Fatalf("%d decisions, body %q, ticket %q", rec.calls, rec.body, rec.ticket)
+	}
+}
+
+// A body the decision leaves as it is (an error status's JSON-RPC error)
+// goes back whole: in full duplex, a body not answered is lost.
+func TestDuplexReturnsAnUnchangedBody(t *testing.T) {
+	s := stream(t, &recorder{answer: &extauthz.Delivery{}})
+	sendAll(t, s, duplexHeaders(":status", "404", "content-type", "application/json"),
+		responseBody(`{"jsonrpc":"2.0",`, false), responseBody(`"id":1,"error":{}}`, true))
+	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
+		t.Fatalf("first answer %v", resp)
+	}
+	sr := recv(t, s).GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if string(sr.GetBody()) != `{"jsonrpc":"2.0","id":1,"error":{}}` || !sr.GetEndOfStream() {
+		t.Fatalf("body answered %v", sr)
+	}
+}
+
+// A refusal replaces the response: one immediate answer, no headers' or
+// body's.
+func TestDuplexRefusalIsReplaced(t *testing.T) {
+	fail := &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502, Body: []byte(`{"error":{}}`)}
+	s := stream(t, &recorder{answer: fail})
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("not json", true))
+	if ir := recv(t, s).GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 502 || string(ir.GetBody()) != `{"error":{}}` {
+		t.Fatalf("answer %v", ir)
+	}
+}
+
+// A body past MaxResponseBytes is read no further: the decider gets what
+// came, over the bound, to refuse, before the body ends, and the stream
+// ends with the refusal.
+func TestDuplexBodyOverTheBound(t *testing.T) {
+	rec := &recorder{max: 10, answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	s := stream(t, rec)
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"),
+		responseBody("123456", false), responseBody("789012", false))
+	if ir := recv(t, s).GetImmediateResponse(); ir == nil {
+		t.Fatal("no refusal")
+	}
+	if rec.calls != 1 || string(rec.body) != "123456789012" {
+		t.Fatalf("%d decisions on %q", rec.calls, rec.body)
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		t.Fatalf("the stream went on after the refusal: %v", err)
+	}
+}
+
+// Trailers end the body: the answers come then, the body's not ending the
+// stream, and the trailers are answered after.
+func TestDuplexBodyEndedByTrailers(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{Body: []byte("new")}}
+	s := stream(t, rec)
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("old", false),
+		&extprocv3.ProcessingRequest{MetadataContext: metadata("ticket-1"), Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
+	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
+		t.Fatalf("first answer %v", resp)
+	}
+	sr := recv(t, s).GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if string(sr.GetBody()) != "new" || sr.GetEndOfStream() {
+		t.Fatalf("body answered %v, want the new body, the trailers still to come", sr)
+	}
+	if resp := recv(t, s); resp.GetResponseTrailers() == nil {
+		t.Fatalf("third answer %v, want the trailers'", resp)
+	}
+	if rec.calls != 1 || string(rec.body) != "old" {
+		t.Fatalf("%d decisions on %q", rec.calls, rec.body)
+	}
+}
+
+// A body over 64 KiB goes back in chunks of at most that, only the last
+// ending the stream, and together they are the body.
+func TestDuplexLargeBodyInChunks(t *testing.T) {
+	big := strings.Repeat("x", 2*maxChunk+5)
+	s := stream(t, &recorder{answer: &extauthz.Delivery{Body: []byte(big)}})
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("{}", true))
+	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
+		t.Fatalf("first answer %v", resp)
+	}
+	var got strings.Builder
+	for i, want := range []int{maxChunk, maxChunk, 5} {
+		sr := recv(t, s).GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if len(sr.GetBody()) != want || sr.GetEndOfStream() != (i == 2) {
+			t.Fatalf("chunk %d: %d bytes, end %v", i, len(sr.GetBody()), sr.GetEndOfStream())
+		}
+		got.Write(sr.GetBody())
+	}
+	if got.String() != big {
+		t.Fatal("the chunks are not the body")
 	}
 }

@@ -104,6 +104,8 @@ type StackOptions struct {
 	// (servers[].grant_key_file), and the billing servers open them with
 	// the key (-grant-key).
 	Grants bool
+	// MaxResponseBytes, if set, is capsnap's discovery.max_response_bytes.
+	MaxResponseBytes int
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -307,6 +309,9 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	}
 	if len(s.envelopeKeys) > 0 {
 		denials += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
+	}
+	if s.opts.MaxResponseBytes > 0 {
+		denials += fmt.Sprintf("\ndiscovery: {max_response_bytes: %d}", s.opts.MaxResponseBytes)
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {
