@@ -1331,8 +1331,8 @@ func checkResponsePath(t *testing.T, f envoyFilter, rp responsePath, demo *hcmv3
 		{"request_body_mode", pm.GetRequestBodyMode(), extprocv3.ProcessingMode_NONE},
 		{"request_trailer_mode", pm.GetRequestTrailerMode(), extprocv3.ProcessingMode_SKIP},
 		{"response_header_mode", pm.GetResponseHeaderMode(), extprocv3.ProcessingMode_SEND},
-		{"response_body_mode", pm.GetResponseBodyMode(), extprocv3.ProcessingMode_BUFFERED},
-		{"response_trailer_mode", pm.GetResponseTrailerMode(), extprocv3.ProcessingMode_SKIP},
+		{"response_body_mode", pm.GetResponseBodyMode(), extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+		{"response_trailer_mode", pm.GetResponseTrailerMode(), extprocv3.ProcessingMode_SEND},
 	} {
 		if m.have != m.want {
 			t.Errorf("%s: processing_mode.%s %v, want %v", where, m.field, m.have, m.want)
