@@ -174,6 +174,13 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	switch {
 	case head.Status < 100 || head.Status > 599:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response has no valid HTTP status (%d): Envoy's ext_proc response_header_mode must be SEND", head.Status)
+	// A body in parts or over the bound is only part of the response,
+	// whatever its status: none of it passes.
+	case head.Streamed:
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
+	case len(body) > s.maxResponse:
+		// At least: a body streamed in full duplex is read no further.
+		return deny.Errorf(deny.MalformedResponse, "the tools/list response is over discovery.max_response_bytes %d (at least %d bytes)", s.maxResponse, len(body))
 	case head.Status < 200 || head.Status > 299:
 		// An error status delivers no tools if its body carries no
 		// message (empty, or not JSON or SSE: a "session not found" the
@@ -185,13 +192,8 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 			return deny.Errorf(deny.MalformedResponse, "a tools/list response with HTTP status %d carries something other than a JSON-RPC error", head.Status)
 		}
 		return nil
-	case head.Streamed:
-		return deny.Errorf(deny.MalformedResponse, "the tools/list response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
 	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
-	case len(body) > s.maxResponse:
-		// At least: a body streamed in full duplex is read no further.
-		return deny.Errorf(deny.MalformedResponse, "the tools/list response is over discovery.max_response_bytes %d (at least %d bytes)", s.maxResponse, len(body))
 	}
 	// Every delivered tool's digest is needed, withheld or not: a tool
 	// capsnap cannot digest makes the whole list one it cannot vouch for.

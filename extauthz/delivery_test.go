@@ -671,6 +671,13 @@ func TestDeliverFailures(t *testing.T) {
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "over max_response_bytes", opts: func(o *Options) { o.MaxResponseBytes = 256 },
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
+		// An error status passes a body that delivers nothing, but not
+		// part of one: over the bound, or one part of several.
+		{name: "error status over max_response_bytes", opts: func(o *Options) { o.MaxResponseBytes = 256 },
+			head: ResponseHead{Status: 404, ContentType: "text/html"}, body: func(env) []byte { return []byte(strings.Repeat("<p>", 100)) },
+			want: deny.MalformedResponse, status: 502, id: `"l"`},
+		{name: "error status in parts", head: ResponseHead{Status: 404, ContentType: "text/html", Streamed: true},
+			body: func(env) []byte { return []byte("<p>") }, want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "text/plain", head: ResponseHead{Status: 200, ContentType: "text/plain"},
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "no content type", head: ResponseHead{Status: 200},
