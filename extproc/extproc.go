@@ -116,21 +116,25 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 				break
 			}
 			body = append(body, chunk...)
-			if len(body) > s.decider.MaxResponseBytes() {
-				// Read no further: the decision refuses it as it is.
-				return send(stream, s.decideDuplex(req, head, body, false)...)
-			}
-			if !last {
-				continue
-			}
-			if err := send(stream, s.decideDuplex(req, head, body, false)...); err != nil {
-				return err
+			if over := len(body) > s.decider.MaxResponseBytes(); over || last {
+				resps, refused := s.decideDuplex(req, head, body, false)
+				if over && !refused {
+					// Never part of a response as if it were the whole:
+					// Envoy answers status_on_error instead.
+					return status.Error(codes.Internal, "extproc: a tools/list response over the bound was not refused")
+				}
+				if err := send(stream, resps...); err != nil || over {
+					// Read no further past the bound.
+					return err
+				}
 			}
 			continue
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			if duplex {
-				// The body ended with the trailers that follow it.
-				if err := send(stream, s.decideDuplex(req, head, body, true)...); err != nil {
+				// The body ended with the trailers that follow it; a
+				// refusal answers them too.
+				resps, refused := s.decideDuplex(req, head, body, true)
+				if err := send(stream, resps...); err != nil || refused {
 					return err
 				}
 			}
@@ -177,13 +181,13 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 
 // decideDuplex hands a response streamed in full duplex to the decider:
 // the headers' answer, with the snapshot's headers, then the body's, the
-// whole body in one chunk (ending the stream unless trailers follow); or
-// the JSON-RPC error in the response's place.
-func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) []*extprocv3.ProcessingResponse {
+// whole body (ending the stream unless trailers follow); or, refused, the
+// JSON-RPC error in the response's place, which answers the whole stream.
+func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
 	out := s.decider.Deliver(ticket, head, body)
 	if out.Fail != nil {
-		return []*extprocv3.ProcessingResponse{replaced(out)}
+		return []*extprocv3.ProcessingResponse{replaced(out)}, true
 	}
 	if out.Body != nil {
 		body = out.Body
@@ -205,7 +209,7 @@ func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.Re
 			}},
 		}}}})
 		if last {
-			return resps
+			return resps, false
 		}
 		body = body[n:]
 	}

@@ -348,3 +348,72 @@ func TestDuplexLargeBodyInChunks(t *testing.T) {
 		t.Fatal("the chunks are not the body")
 	}
 }
+
+// A refusal of a body that trailers ended answers the whole stream: no
+// answer to the trailers follows it.
+func TestDuplexRefusalWithTrailers(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	s := stream(t, rec)
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("not json", false),
+		&extprocv3.ProcessingRequest{MetadataContext: metadata("ticket-1"), Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
+	if ir := recv(t, s).GetImmediateResponse(); ir == nil {
+		t.Fatal("no refusal")
+	}
+	if resp, err := s.Recv(); err != io.EOF {
+		t.Fatalf("after the refusal: %v, %v; want the stream's end", resp, err)
+	}
+}
+
+// Past the bound, a decider that does not refuse still delivers nothing:
+// the stream fails, and Envoy answers status_on_error (failure_mode_allow
+// is false), never part of the response as if it were whole.
+func TestDuplexOverTheBoundFailsClosed(t *testing.T) {
+	s := stream(t, &recorder{max: 4, answer: &extauthz.Delivery{}})
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("12345", false))
+	if resp, err := s.Recv(); err == nil || err == io.EOF {
+		t.Fatalf("answered %v, %v; want the stream to fail", resp, err)
+	}
+}
+
+// A body exactly at the bound is read whole and decided at its end.
+func TestDuplexBodyAtTheBound(t *testing.T) {
+	rec := &recorder{max: 6, answer: &extauthz.Delivery{}}
+	s := stream(t, rec)
+	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("123", false), responseBody("456", true))
+	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
+		t.Fatalf("first answer %v", resp)
+	}
+	if sr := recv(t, s).GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sr.GetBody()) != "123456" {
+		t.Fatalf("body answered %v", sr)
+	}
+	if rec.calls != 1 || string(rec.body) != "123456" {
+		t.Fatalf("%d decisions on %q", rec.calls, rec.body)
+	}
+}
+
+// In full duplex a response without a body is decided on its headers, as
+// in the buffered mode.
+func TestDuplexBodylessResponse(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{}}
+	s := stream(t, rec)
+	req := duplexHeaders(":status", "404")
+	req.GetResponseHeaders().EndOfStream = true
+	if resp := roundTrip(t, s, req); resp.GetResponseHeaders() == nil || rec.calls != 1 || rec.body != nil {
+		t.Fatalf("answer %v after %d decisions", resp, rec.calls)
+	}
+}
+
+// Envoy saying it buffers is the buffered mode: the headers are answered
+// at once, and the whole body in one message.
+func TestBufferedProtocolConfig(t *testing.T) {
+	rec := &recorder{answer: &extauthz.Delivery{Body: []byte("new")}}
+	s := stream(t, rec)
+	req := responseHeaders(false, ":status", "200", "content-type", "application/json")
+	req.ProtocolConfig = &extprocv3.ProtocolConfiguration{ResponseBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+	if resp := roundTrip(t, s, req); resp.GetResponseHeaders() == nil || rec.calls != 0 {
+		t.Fatalf("headers answered %v after %d decisions, want a plain continue", resp, rec.calls)
+	}
+	if got := roundTrip(t, s, responseBody("old", true)).GetResponseBody().GetResponse().GetBodyMutation().GetBody(); string(got) != "new" {
+		t.Fatalf("body %q", got)
+	}
+}
