@@ -68,10 +68,10 @@ type batch struct {
 	// with the shutdown checkpoint.
 	checkpoint, final bool
 	// gathering says the Write that started the batch is letting others
-	// join it; gathered, that it has.
-	gathering, gathered bool
-	written             bool
-	err                 error
+	// join it.
+	gathering bool
+	written   bool
+	err       error
 }
 
 // NewWriter returns a Writer on w. Nothing else may write to w.
@@ -116,29 +116,27 @@ func (g *Writer) write(p []byte, mark func(*batch)) error {
 			g.done.Wait()
 			continue
 		}
-		if !b.gathered {
-			// Let the goroutines ready to run reach their own Writes
-			// first, so that they join b and wait for it: one system call
-			// a batch, and the fewer batches, the less the trail costs.
-			// Alone, nothing is ready and this returns at once. Only the
-			// Write that starts b yields; while it does, no other writes
-			// b, as none writes while a write is under way.
-			//
-			// While Writes keep joining, more decisions are on their way:
-			// it yields again, up to maxYields times in all, so that a
-			// burst of them shares the write.
-			b.gathering = true
-			for range maxYields {
-				n := len(b.buf)
-				g.mu.Unlock()
-				g.yield()
-				g.mu.Lock()
-				if len(b.buf) == n {
-					break
-				}
+		// Let the goroutines ready to run reach their own Writes first,
+		// so that they join b and wait for it: one system call a batch,
+		// and the fewer batches, the less the trail costs. Alone, nothing
+		// is ready and this returns at once. Only the Write that starts b
+		// yields: the others wait while it gathers, and it writes b
+		// straight after, with no unlock between.
+		//
+		// While Writes keep joining, more decisions are on their way: it
+		// yields again, up to maxYields times in all, so that a burst of
+		// them shares the write.
+		b.gathering = true
+		for range maxYields {
+			n := len(b.buf)
+			g.mu.Unlock()
+			g.yield()
+			g.mu.Lock()
+			if len(b.buf) == n {
+				break
 			}
-			b.gathering, b.gathered = false, true
 		}
+		b.gathering = false
 		// No write is under way, so b is still the next batch: write it.
 		g.flush()
 	}

@@ -10,8 +10,9 @@ import (
 // The access log's pins of an allowed call come from the x-capsnap-*
 // request headers, copied by header_to_metadata; they are capsnap's only
 // if that filter runs on nothing ext_authz did not let through. Each
-// configuration is held to what makes that so, and to refusing header
-// names a server could fold into x-capsnap-*.
+// configuration is held to what makes that so, to refusing header names
+// a server could fold into x-capsnap-*, and to its response path running
+// in full duplex.
 func TestPinsReachTheLogOnlyFromCapsnap(t *testing.T) {
 	for name, cfg := range map[string][]byte{"demo.yaml": Demo, "mtls.yaml": MTLS, "jwt.yaml": JWT} {
 		t.Run(name, func(t *testing.T) {
@@ -97,6 +98,19 @@ func checkManager(t *testing.T, m manager) {
 		if h, _ := r["header"].(string); !strings.HasPrefix(h, "x-capsnap-") || present["metadata_namespace"] != extAuthz || r["on_header_missing"] != nil {
 			t.Errorf("header_to_metadata rule %v: want an x-capsnap-* header copied, when present, into %s", r, extAuthz)
 		}
+	}
+	// The response path streams a listing to capsnap in full duplex
+	// (extproc's one exchange), with the trailers Envoy requires of it.
+	mode := map[string]any{}
+	for _, f := range m.HTTPFilters {
+		if f.Name == "capsnap.ext_proc" {
+			ext, _ := f.TypedConfig["extension_config"].(map[string]any)
+			proc, _ := ext["typed_config"].(map[string]any)
+			mode, _ = proc["processing_mode"].(map[string]any)
+		}
+	}
+	if mode["response_body_mode"] != "FULL_DUPLEX_STREAMED" || mode["response_trailer_mode"] != "SEND" {
+		t.Errorf("capsnap.ext_proc processing_mode %v, want response_body_mode FULL_DUPLEX_STREAMED with response_trailer_mode SEND", mode)
 	}
 	for _, vh := range m.RouteConfig.VirtualHosts {
 		for _, r := range vh.Routes {

@@ -81,80 +81,83 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			// Envoy says on a stream's first message how it sends bodies.
 			duplex = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 		}
-		var resp *extprocv3.ProcessingResponse
+		// resps answer req; last says they end the stream.
+		var (
+			resps []*extprocv3.ProcessingResponse
+			last  bool
+		)
 		switch r := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}})
 		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
 		case *extprocv3.ProcessingRequest_RequestTrailers:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			head = responseHead(r.ResponseHeaders.GetHeaders())
 			switch {
 			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
-				resp = s.decide(req, head, nil, false)
+				resps = append(resps, s.decide(req, head, nil, false))
 			case duplex:
 				// Answered with the body, whose last chunk says which
 				// snapshot the headers name.
-				continue
 			default:
-				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+				resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
 			}
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			chunk, last := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
+			chunk, end := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
 			if !duplex {
-				if !last {
+				if !end {
 					// Only a whole response can be read and rewritten;
 					// a streamed mode but full duplex is a
 					// misconfiguration, and fails closed.
 					head.Streamed = true
 				}
-				resp = s.decide(req, head, chunk, true)
+				resps = append(resps, s.decide(req, head, chunk, true))
 				break
 			}
 			body = append(body, chunk...)
-			if over := len(body) > s.decider.MaxResponseBytes(); over || last {
-				resps, refused := s.decideDuplex(req, head, body, false)
-				if over && !refused {
-					// Never part of a response as if it were the whole:
-					// Envoy answers status_on_error instead.
-					return status.Error(codes.Internal, "extproc: a tools/list response over the bound was not refused")
-				}
-				if err := send(stream, resps...); err != nil || over {
-					// Read no further past the bound.
-					return err
-				}
+			over := len(body) > s.decider.MaxResponseBytes()
+			if !over && !end {
+				break
 			}
-			continue
+			var refused bool
+			resps, refused = s.decideDuplex(req, head, body, false)
+			if over && !refused {
+				// Never part of a response as if it were the whole:
+				// Envoy answers status_on_error instead.
+				return status.Error(codes.Internal, "extproc: a tools/list response over the bound was not refused")
+			}
+			// Read no further past the bound.
+			last = over
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			if duplex {
 				// The body ended with the trailers that follow it; a
 				// refusal answers them too.
-				resps, refused := s.decideDuplex(req, head, body, true)
-				if err := send(stream, resps...); err != nil || refused {
-					return err
-				}
+				resps, last = s.decideDuplex(req, head, body, true)
 			}
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
-		default:
-			continue
+			if !last {
+				resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
+			}
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
+		for _, r := range resps {
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+		if last {
+			return nil
 		}
 	}
 }
 
-func send(stream extprocv3.ExternalProcessor_ProcessServer, resps ...*extprocv3.ProcessingResponse) error {
-	for _, r := range resps {
-		if err := stream.Send(r); err != nil {
-			return err
-		}
-	}
-	return nil
+// deliver hands a whole response to the decider, under the listing ticket
+// the Check left in the ext_authz filter's metadata.
+func (s *Server) deliver(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
+	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
+	return s.decider.Deliver(ticket, head, body)
 }
 
 // decide hands a whole response to the decider and turns its decision into
@@ -163,8 +166,7 @@ func send(stream extprocv3.ExternalProcessor_ProcessServer, resps ...*extprocv3.
 // atBody says which message is answered: Envoy takes an answer of the
 // other kind as a protocol error.
 func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
-	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
-	out := s.decider.Deliver(ticket, head, body)
+	out := s.deliver(req, head, body)
 	if out.Fail != nil {
 		return replaced(out)
 	}
@@ -184,8 +186,7 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 // whole body (ending the stream unless trailers follow); or, refused, the
 // JSON-RPC error in the response's place, which answers the whole stream.
 func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
-	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
-	out := s.decider.Deliver(ticket, head, body)
+	out := s.deliver(req, head, body)
 	if out.Fail != nil {
 		return []*extprocv3.ProcessingResponse{replaced(out)}, true
 	}

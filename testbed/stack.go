@@ -288,9 +288,10 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	if s.opts.AdminTokenFile != "" {
 		principal += fmt.Sprintf("\nadmin: {token_file: %q}", s.opts.AdminTokenFile)
 	}
-	denials := ""
+	// sections are the optional top-level sections, one a line.
+	sections := ""
 	if s.opts.Denials != "" {
-		denials = "denials: " + s.opts.Denials
+		sections = "denials: " + s.opts.Denials
 	}
 	if servers == "" {
 		grant := func(id string) string {
@@ -308,10 +309,10 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
     resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), s.ServerURL("payments"), grant("payments"))
 	}
 	if len(s.envelopeKeys) > 0 {
-		denials += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
+		sections += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
 	}
 	if s.opts.MaxResponseBytes > 0 {
-		denials += fmt.Sprintf("\ndiscovery: {max_response_bytes: %d}", s.opts.MaxResponseBytes)
+		sections += fmt.Sprintf("\ndiscovery: {max_response_bytes: %d}", s.opts.MaxResponseBytes)
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {
@@ -328,7 +329,7 @@ policy_file: policy.yaml
 %s
 catalog: {max_age: 10s, allow_stale_reads: %t}
 log: {level: info, format: json}
-`, addr(s.grpcPort(replica)), addr(s.adminPort(replica)), principal, denials, servers, snapshots, s.opts.AllowStaleReads)
+`, addr(s.grpcPort(replica)), addr(s.adminPort(replica)), principal, sections, servers, snapshots, s.opts.AllowStaleReads)
 }
 
 // StartCapsnap (re)starts capsnap and waits until its catalog is ready.

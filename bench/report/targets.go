@@ -121,24 +121,14 @@ type Profile struct {
 // issue 7 it does not restate.
 func Evaluate(r *Results) []Target {
 	return []Target{
-		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's", MinThroughputRatio,
-			fmt.Sprintf("≥ %.2f× the floor's %s", MinThroughputRatio, atJudged), judgedAt,
-			func(c, f, _ GRPCRun) (float64, bool) { return c.RPS / f.RPS, c.RPS >= MinThroughputRatio*f.RPS }),
-		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's", MaxP99Ratio,
-			fmt.Sprintf("≤ %.1f× the floor's %s", MaxP99Ratio, atJudged), judgedAt,
-			func(c, f, _ GRPCRun) (float64, bool) {
-				return float64(c.P99) / float64(f.P99), float64(c.P99) <= MaxP99Ratio*float64(f.P99)
-			}),
-		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's", MaxCPURatio,
-			fmt.Sprintf("≤ %.1f× OPA-Envoy's %s", MaxCPURatio, atJudged), judgedAt,
-			func(c, _, o GRPCRun) (float64, bool) {
-				return float64(c.CPUPerCheck) / float64(o.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPURatio*float64(o.CPUPerCheck)
-			}),
-		perConcurrency(r, TargetCPUFloor, "capsnap's CPU per Check against the floor's, alone", MaxCPUFloorRatio,
-			fmt.Sprintf("≤ %.1f× the floor's at concurrency 1", MaxCPUFloorRatio), []int{1},
-			func(c, f, _ GRPCRun) (float64, bool) {
-				return float64(c.CPUPerCheck) / float64(f.CPUPerCheck), float64(c.CPUPerCheck) <= MaxCPUFloorRatio*float64(f.CPUPerCheck)
-			}),
+		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's", MinThroughputRatio, true,
+			"the floor's "+atJudged, judgedAt, func(c, f, _ GRPCRun) float64 { return c.RPS / f.RPS }),
+		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's", MaxP99Ratio, false,
+			"the floor's "+atJudged, judgedAt, func(c, f, _ GRPCRun) float64 { return float64(c.P99) / float64(f.P99) }),
+		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's", MaxCPURatio, false,
+			"OPA-Envoy's "+atJudged, judgedAt, func(c, _, o GRPCRun) float64 { return float64(c.CPUPerCheck) / float64(o.CPUPerCheck) }),
+		perConcurrency(r, TargetCPUFloor, "capsnap's CPU per Check against the floor's, alone", MaxCPUFloorRatio, false,
+			"the floor's at concurrency 1", []int{1}, func(c, f, _ GRPCRun) float64 { return float64(c.CPUPerCheck) / float64(f.CPUPerCheck) }),
 		deployed(r.HotPath),
 		throughEnvoy(r),
 		DeliveryTarget(r.Delivery),
@@ -150,10 +140,15 @@ func Evaluate(r *Results) []Target {
 }
 
 // perConcurrency judges a ratio of capsnap's run to the floor's and
-// OPA's at each concurrency, against limit; the target is met only if
-// every one is.
-func perConcurrency(r *Results, id, name string, limit float64, threshold string, at []int, judge func(capsnap, floor, opa GRPCRun) (float64, bool)) Target {
-	t := Target{ID: id, Issue: 17, Name: name, Threshold: threshold, Status: Met}
+// OPA's at each concurrency against limit, a floor if atLeast, else a
+// ceiling; the target is met only if every one is. against says what the
+// ratio is to, in the threshold.
+func perConcurrency(r *Results, id, name string, limit float64, atLeast bool, against string, at []int, ratioOf func(capsnap, floor, opa GRPCRun) float64) Target {
+	sign := "≤"
+	if atLeast {
+		sign = "≥"
+	}
+	t := Target{ID: id, Issue: 17, Name: name, Threshold: fmt.Sprintf("%s %g× %s", sign, limit, against), Status: Met}
 	var parts []string
 	for _, c := range at {
 		cs, ok1 := r.Run(Capsnap, c)
@@ -164,8 +159,12 @@ func perConcurrency(r *Results, id, name string, limit float64, threshold string
 			parts = append(parts, fmt.Sprintf("c=%d not run", c))
 			continue
 		}
-		ratio, ok := judge(cs, fl, op)
-		if !ok && t.Status == Met {
+		ratio := ratioOf(cs, fl, op)
+		met := ratio <= limit
+		if atLeast {
+			met = ratio >= limit
+		}
+		if !met && t.Status == Met {
 			t.Status = Missed
 		}
 		parts = append(parts, fmt.Sprintf("%s× at c=%d", ratioText(ratio, limit), c))

@@ -196,34 +196,18 @@ func (h *harness) delivery(ctx context.Context) error {
 // writes included, which BenchmarkDeliver225 does not run.
 func (h *harness) profileListings(ctx context.Context, m *listingMode) (*report.Profile, error) {
 	file := filepath.Join(h.o.out, "live-"+m.capsnap.Name+".pprof")
-	type result struct {
-		s   mcpload.Sample
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		s, err := m.measure(ctx, math.MaxInt, 2*profileWindow)
-		done <- result{s, err}
-	}()
-	select {
-	case <-time.After(profileWindow / 4):
-	case r := <-done:
-		return nil, fmt.Errorf("the listings ended before the profile began: %v", r.err)
-	}
-	perr := fetchProfile(ctx, m.capsnap.adminURL, file)
-	r := <-done
-	if r.err != nil {
-		return nil, r.err
-	}
-	if perr != nil {
-		return nil, perr
+	sample, err := profileDuring(ctx, m.capsnap.adminURL, file, func() (mcpload.Sample, error) {
+		return m.measure(ctx, math.MaxInt, 2*profileWindow)
+	})
+	if err != nil {
+		return nil, err
 	}
 	args := []string{"tool", "pprof", "-top", "-cum", "-nodecount", "40", file}
 	top, err := pprofText(ctx, args)
 	if err != nil {
 		return nil, err
 	}
-	rate := float64(len(r.s.Latencies)) / r.s.Elapsed.Seconds()
+	rate := float64(len(sample.Latencies)) / sample.Elapsed.Seconds()
 	return &report.Profile{
 		What: fmt.Sprintf("CPU profile of the running capsnap (%s), %v while %d workers listed through the response path at %.0f listings/s, after the measured turns; its top 40 functions by cumulative time. "+
 			"Divide a function's time by the rate and the window for its cost per listing.", m.capsnap.Name, profileWindow, len(m.clients), rate),

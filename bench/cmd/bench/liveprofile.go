@@ -154,26 +154,33 @@ func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in 
 	if err != nil {
 		return grpcload.Report{}, err
 	}
+	return profileDuring(ctx, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, in, n).Do(ctx) })
+}
+
+// profileDuring runs load, which must outlast the profile window by a
+// quarter of it, and saves the CPU profile served at base, taken from a
+// quarter window into it; it returns load's outcome.
+func profileDuring[T any](ctx context.Context, base, file string, load func() (T, error)) (T, error) {
 	type result struct {
-		rep grpcload.Report
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := h.loadRun(t, c, in, n).Do(ctx)
-		done <- result{rep, err}
+		v, err := load()
+		done <- result{v, err}
 	}()
 	select {
 	case <-time.After(profileWindow / 4):
 	case r := <-done:
-		return r.rep, fmt.Errorf("the load ended before the profile began: %v", r.err)
+		return r.v, fmt.Errorf("the load ended before the profile began: %v", r.err)
 	}
-	perr := fetchProfile(ctx, t.pprofURL, file)
+	perr := fetchProfile(ctx, base, file)
 	r := <-done
 	if r.err != nil {
-		return r.rep, r.err
+		return r.v, r.err
 	}
-	return r.rep, perr
+	return r.v, perr
 }
 
 // fetchProfile saves the CPU profile served at base/debug/pprof/profile.
