@@ -211,7 +211,7 @@ func envoySection(b *strings.Builder, r *Results) {
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(b, "\n### Where a call's CPU goes\n\n"+
-			"Each process's CPU time (user + system, from `/proc`) over the mode's two turns, divided by the mode's calls. "+
+			"Each process's CPU time (user + system, from `/proc`) over the mode's turns, divided by the mode's calls. "+
 			"The processes share the machine's cores, so what one spends on a call is taken from the others. "+
 			"The authorizer is the ext_authz server (both replicas in the last mode); the load is the harness's own process, its MCP clients.\n\n")
 		cpuTable(b, "mode", cpu, ModeCapsnap, ModeFloor, "capsnap − floor")
@@ -302,8 +302,8 @@ func deliverySection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "Tokens are estimated as bytes ÷ 4, a rule of thumb for English and JSON, not a tokenizer's count. The server's own response, straight from it, is %s bytes.\n\n", thousands(d.UpstreamBytes))
 
 	fmt.Fprintf(b, "### What it costs\n\n")
-	fmt.Fprintf(b, "%d workers list concurrently, each on its own connection; after %d discarded listings per Envoy, the two take turns A B B A, each turn %d listings or %v, whichever comes first. Added latency is over the Envoy without the response path.\n\n",
-		d.Workers, d.Warmup, d.Listings/2, d.Turn)
+	fmt.Fprintf(b, "%d workers list concurrently, each on its own connection; after %d discarded listings per Envoy, the two take %s, each turn %d listings or %v, whichever comes first. Added latency is over the Envoy without the response path.\n\n",
+		d.Workers, d.Warmup, inTurns(r.Method.Turns), d.Listings/r.Method.Turns, d.Turn)
 	var rows [][]string
 	for _, m := range []struct {
 		name string
@@ -323,7 +323,7 @@ func deliverySection(b *strings.Builder, r *Results) {
 	if len(d.WithCPU) > 0 && len(d.WithoutCPU) > 0 {
 		const with, without = "with the response path", "without the response path"
 		fmt.Fprintf(b, "\n### Where a listing's CPU goes\n\n"+
-			"Each process's CPU time (user + system, from `/proc`) over the Envoy's two turns, divided by its listings. "+
+			"Each process's CPU time (user + system, from `/proc`) over the Envoy's turns, divided by its listings. "+
 			"The processes share the machine's cores, so what one spends on a listing is taken from the others. "+
 			"The load is the harness's own process: its HTTP clients, which read and parse each list.\n\n")
 		cpuTable(b, "mode", []cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
@@ -490,16 +490,22 @@ func leversSection(b *strings.Builder, _ *Results) {
 	table(b, []string{"lever", "verdict", "measured"}, rows)
 }
 
+// inTurns says how the servers or modes of a step took their turns, each
+// of them turns times.
+func inTurns(turns int) string {
+	return fmt.Sprintf("turns, %d each: A B C … C B A, %d times over", turns, turns/2)
+}
+
 func methodSection(b *strings.Builder, r *Results) {
 	m := r.Method
 	fmt.Fprintf(b, "## Method\n\n")
 	for _, line := range []string{
 		fmt.Sprintf("**Check over gRPC.** The load (`bench/cmd/checkload`, package `bench/grpcload`), at concurrency %s on one connection, sends one CheckRequest as Envoy builds it under `envoy/demo.yaml`: the body packed as bytes, the route's `server_id`, the principal in `attributes.source.principal` (as with mTLS), and the `x-capsnap-epoch` of a snapshot capsnap minted at `tools/list`, after the `lookup_order` that refund's sequence rule wants. The body, the same bytes for every server: `%s`.", ints(m.Concurrencies), m.RequestBody),
-		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take turns in the order capsnap, floor, OPA-Envoy, capsnap + envelope, capsnap + envelope under a grant, and back again, each turn half of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all of them alike (the two envelope capsnaps are those of [Signed envelope](#signed-envelope-issue-16)). The load counts requests and the harness kills a run past its deadline (a failure); it fails too on any error, denial or status other than OK.", m.GRPCWarmup, m.GRPCRun),
+		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take %s (in the order capsnap, floor, OPA-Envoy, capsnap + envelope, capsnap + envelope under a grant), each turn 1/%d of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all of them alike (the two envelope capsnaps are those of [Signed envelope](#signed-envelope-issue-16)). The load counts requests and the harness kills a run past its deadline (a failure); it fails too on any error, denial or status other than OK.", m.GRPCWarmup, inTurns(m.Turns), m.Turns, m.GRPCRun),
 		"No denial is ever measured by accident: any gRPC error or non-OK status fails the benchmark; capsnap's own `capsnap_decisions_total` must count exactly the run's requests as allowed and none denied; the floor and OPA-Envoy (deterministic on one request) must allow it before and after. Both capsnap and OPA-Envoy must also deny a refund over the cap and a call under an unknown epoch, so that neither passes for doing nothing.",
 		"Server CPU time is utime + stime from `/proc/PID/stat` over the measured turns, divided by their requests; it is good to a clock tick (10 ms) per turn, a few percent at worst here. Memory is VmRSS and VmHWM from `/proc/PID/status` after the last turn.",
 		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
-		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take turns A B C C B A, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, m.EnvoyRun/2, m.EnvoyPerWorker/2),
+		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take %s, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, inTurns(m.Turns), m.EnvoyRun/time.Duration(m.Turns), m.EnvoyPerWorker/m.Turns),
 		fmt.Sprintf("**tools/list through the response path.** `testbed/cmd/mcpfixture` serves %d generated tools as JSON (not SSE); a policy generated from its list classifies every one and grants one principal %d, spread over the list. Two capsnaps run that policy with the development header principal, one with `discovery.bind: delivered` (the default) and one with `bind: catalog`; two Envoys run `envoy/demo.yaml`, the second without its `capsnap.ext_proc` filter and otherwise the same. The harness posts raw stateless MCP 2026-07-28 `tools/list` requests (`MCP-Protocol-Version` and `Mcp-Method` headers) from %d workers on their own kept-alive connections, and times each from sending it to reading its whole body. Every listing must be HTTP 200 with an `x-capsnap-epoch` header and exactly the expected tool names, and neither capsnap's `capsnap_decisions_total` may count a denial during the turns, or the benchmark fails.", r.Delivery.CatalogTools, r.Delivery.GrantedTools, r.Delivery.Workers),
 		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `extauthz`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
 		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),

@@ -20,7 +20,7 @@ func sample() *Results {
 	r := &Results{
 		Started: time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC),
 		Machine: Machine{CPU: "Test CPU", Cores: 2, Envoy: "Envoy 1.40.0", Date: "2026-12-03T05:00:00Z"},
-		Method:  Method{Concurrencies: []int{1, 16, 64}, EnvoyWorkers: 16, EnvoyCall: "refund", RequestBody: `{"jsonrpc":"2.0"}`},
+		Method:  Method{Concurrencies: []int{1, 16, 64}, Turns: 4, EnvoyWorkers: 16, EnvoyCall: "refund", RequestBody: `{"jsonrpc":"2.0"}`},
 	}
 	for _, c := range r.Method.Concurrencies {
 		r.GRPC = append(r.GRPC,
@@ -193,7 +193,7 @@ func TestDeliverySection(t *testing.T) {
 		"| with the response path | 12 | 4,366 | 1,091 |",
 		"5.5% of the bytes: 18.2× fewer, 75,079 bytes (≈ 18,769 tokens) less",
 		"bytes ÷ 4",
-		"2 workers", "200 discarded listings", "1000 listings or 15s",
+		"2 workers", "200 discarded listings", "take turns, 4 each: A B C … C B A, 2 times over, each turn 500 listings or 15s",
 		"| without the response path | 2000 | 200 | 4.00 ms | 6.00 ms | 9.00 ms |",
 		"| with the response path | 1990 | 150 | 4.60 ms | 7.00 ms | 12.0 ms |",
 		"| +600 µs | +3.00 ms |",

@@ -119,9 +119,12 @@ type Machine struct {
 
 // Method is how the run was made.
 type Method struct {
-	Concurrencies []int         `json:"concurrencies"`
-	GRPCRun       time.Duration `json:"grpc_run_ns"`
-	GRPCWarmup    int           `json:"grpc_warmup_requests"`
+	Concurrencies []int `json:"concurrencies"`
+	// Turns is how many turns each server or mode of a step takes: in
+	// order, then in reverse order, Turns/2 times over.
+	Turns      int           `json:"turns"`
+	GRPCRun    time.Duration `json:"grpc_run_ns"`
+	GRPCWarmup int           `json:"grpc_warmup_requests"`
 	// ProfileWindow is how long each running server is profiled.
 	ProfileWindow  time.Duration `json:"profile_window_ns"`
 	EnvoyWorkers   int           `json:"envoy_workers"`
@@ -229,8 +232,9 @@ type Delivery struct {
 	UnfilteredBytes int `json:"unfiltered_bytes"`
 	UpstreamBytes   int `json:"upstream_bytes"`
 	// Workers list concurrently, each on its connection. Warmup listings
-	// a mode are discarded; then the modes take turns A B B A, each turn
-	// Listings/2 listings or Turn, whichever comes first.
+	// a mode are discarded; then the modes take Method.Turns turns each,
+	// A B B A and again, each turn a share of Listings or Turn, whichever
+	// comes first.
 	Workers  int           `json:"workers"`
 	Warmup   int           `json:"warmup_listings"`
 	Listings int           `json:"listings_per_mode"`

@@ -235,3 +235,20 @@ func TestCPUTally(t *testing.T) {
 		t.Error("a tally without calls has figures")
 	}
 }
+
+// Every server or mode takes as many turns as the others, in order and
+// then back, so that the turns of each are spread over the whole step.
+func TestTurnOrder(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []int
+	}{
+		{1, []int{0, 0, 0, 0}},
+		{2, []int{0, 1, 1, 0, 0, 1, 1, 0}},
+		{3, []int{0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0}},
+	} {
+		if got := turnOrder(tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("turnOrder(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+}

@@ -27,7 +27,7 @@ const (
 	deliveryCatalog = 225
 	deliveryGranted = 12
 	deliveryRole    = "spiffe://acme/role/support"
-	// Each mode: a discarded warm-up, then this many listings in two
+	// Each mode: a discarded warm-up, then this many listings in its
 	// turns, each bounded by deliveryTurn too. Two workers: a listing
 	// keeps four processes busy (client, Envoy, capsnap, the server), and
 	// on a small machine more workers would measure their queue more than
@@ -133,7 +133,7 @@ func (h *harness) delivery(ctx context.Context) error {
 	h.logf("   one tools/list: %d bytes (%d tools) with the response path, %d bytes (%d tools) without: %.1f× fewer",
 		with.bytes, len(with.want), without.bytes, len(without.want), float64(without.bytes)/float64(with.bytes))
 
-	// What listings cost: warm up, then turns A B B A.
+	// What listings cost: warm up, then turns A B B A, passes times over.
 	for _, m := range modes {
 		m.open()
 		defer m.close()
@@ -155,9 +155,10 @@ func (h *harness) delivery(ctx context.Context) error {
 		tallies[m] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
 			process{"mcpfixture", []int{fixture.Pid()}}, theLoad())
 	}
-	for _, m := range []*listingMode{with, without, without, with} {
+	for _, i := range turnOrder(2) {
+		m := []*listingMode{with, without}[i]
 		err := tallies[m].during(func() (int, error) {
-			s, err := m.measure(ctx, deliveryListings/2, deliveryTurn)
+			s, err := m.measure(ctx, deliveryListings/turns, deliveryTurn)
 			samples[m] = append(samples[m], s)
 			return len(s.Latencies), err
 		})

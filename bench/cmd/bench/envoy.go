@@ -33,9 +33,9 @@ const (
 // call the gRPC cases measure and capsnap's most expensive allowed path
 // (its schema, two CEL constraints and the sequence rule).
 //
-// The modes take turns, in the order A B C C B A, each turn half of a
-// mode's run: a machine that gets busier or quieter during the step
-// weighs on every mode alike.
+// The modes take turns (turnOrder), each turn a share of a mode's run: a
+// machine that gets busier or quieter during the step weighs on every
+// mode alike.
 func (h *harness) throughEnvoy(ctx context.Context) error {
 	method := &h.results.Method
 	method.EnvoyWorkers, method.EnvoyPerWorker, method.EnvoyRun, method.EnvoyWarmup = envoyWorkers, envoyPerWorker, h.o.envoyRun, envoyWarmup
@@ -127,9 +127,10 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		tallies[mode] = newCPUTally(append(procs, theLoad())...)
 	}
 	samples := map[string][]mcpload.Sample{}
-	for _, mode := range append(slices.Clone(all), reversed(all)...) {
+	for _, i := range turnOrder(len(all)) {
+		mode := all[i]
 		err := tallies[mode].during(func() (int, error) {
-			s, err := modes[mode].measure(ctx, h.o.envoyRun/2, envoyPerWorker/2)
+			s, err := modes[mode].measure(ctx, h.o.envoyRun/turns, envoyPerWorker/turns)
 			samples[mode] = append(samples[mode], s)
 			return len(s.Latencies), err
 		})
@@ -187,12 +188,6 @@ func (m *envoyMode) measure(ctx context.Context, d time.Duration, perWorker int)
 func (m *envoyMode) close(h *harness) {
 	m.runner.Close()
 	h.stop(m.envoy)
-}
-
-func reversed(s []string) []string {
-	r := slices.Clone(s)
-	slices.Reverse(r)
-	return r
 }
 
 // startEnvoy runs Envoy in front of billing, its ext_authz filter pointed

@@ -70,6 +70,7 @@ func (t grpcTarget) input(shared loadInput) loadInput {
 // spell hits them alike.
 func (h *harness) checkOverGRPC(ctx context.Context) error {
 	h.results.Method.Concurrencies = concurrencies
+	h.results.Method.Turns = turns
 	h.results.Method.GRPCRun = h.o.grpcRun
 	h.results.Method.GRPCWarmup = warmupRequests
 	h.results.Method.ProfileWindow = profileWindow
@@ -321,20 +322,20 @@ func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
 
 // concurrency measures every target at concurrency c. Each is first
 // checked from Go (the Check must be allowed) and warmed up; then the
-// targets take turns in the order A B C … C B A, each turn half of a
-// target's run, so that a machine that gets busier or quieter weighs on
+// targets take turns (turnOrder), each turn a share of a target's run,
+// so that a machine that gets busier or quieter weighs on
 // every server alike. Each run is sized from its target's warm-up rate
 // to take about grpcRun.
 func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
-	half := make([]int, len(targets))
+	each := make([]int, len(targets))
 	for i, t := range targets {
 		n, err := h.warmUp(ctx, t, c, t.input(in), t.request(req), h.o.grpcRun)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
-		half[i] = max(n/2, minRequests/2)
+		each[i] = max(n, minRequests) / turns
 	}
-	runs, err := h.inTurns(ctx, targets, c, half, func(t grpcTarget, n int) loader { return h.loadRun(t, c, t.input(in), n) })
+	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) loader { return h.loadRun(t, c, t.input(in), n) })
 	if err != nil {
 		return nil, err
 	}
@@ -351,21 +352,14 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 	return runs, nil
 }
 
-// inTurns measures targets at concurrency c in turns, in the order A B C …
-// C B A, each turn a run of half[i] requests that run makes: a machine
-// that gets busier or quieter weighs on every server alike.
-func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, half []int, run func(grpcTarget, int) loader) ([]report.GRPCRun, error) {
+// inTurns measures targets at concurrency c in turns (turnOrder), each
+// turn a run of each[i] requests that run makes: a machine that gets
+// busier or quieter weighs on every server alike.
+func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, each []int, run func(grpcTarget, int) loader) ([]report.GRPCRun, error) {
 	runs := make([]report.GRPCRun, len(targets))
 	reports := make([][]grpcload.Report, len(targets))
-	order := make([]int, 0, 2*len(targets))
-	for i := range targets {
-		order = append(order, i)
-	}
-	for i := range targets {
-		order = append(order, len(targets)-1-i)
-	}
-	for _, i := range order {
-		rep, cpu, err := h.turn(ctx, targets[i], run(targets[i], half[i]))
+	for _, i := range turnOrder(len(targets)) {
+		rep, cpu, err := h.turn(ctx, targets[i], run(targets[i], each[i]))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
 		}
@@ -394,22 +388,22 @@ func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in loadInput,
 }
 
 // ghzCrossCheck loads targets with ghz at concurrency c, in turns as
-// concurrency does, each turn as many requests as half of the target's
+// concurrency does, each turn as many requests as a turn of the target's
 // measured run at c made: the figures of the load ghz was, beside the
 // load that replaced it.
 func (h *harness) ghzCrossCheck(ctx context.Context, targets []grpcTarget, c int, in loadInput) ([]report.GRPCRun, error) {
-	half := make([]int, len(targets))
+	each := make([]int, len(targets))
 	for i, t := range targets {
 		measured, ok := h.results.Run(t.name, c)
 		if !ok {
 			return nil, fmt.Errorf("%s was not measured at c=%d", t.name, c)
 		}
-		half[i] = measured.Count / 2
+		each[i] = measured.Count / turns
 		if _, err := h.ghzRun(t, c, t.input(in), warmupRequests).Do(ctx); err != nil {
 			return nil, fmt.Errorf("%s: warm-up: %w", t.name, err)
 		}
 	}
-	runs, err := h.inTurns(ctx, targets, c, half, func(t grpcTarget, n int) loader { return h.ghzRun(t, c, t.input(in), n) })
+	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) loader { return h.ghzRun(t, c, t.input(in), n) })
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +453,7 @@ func (h *harness) turn(ctx context.Context, t grpcTarget, run loader) (grpcload.
 }
 
 // loadRun is a run of n requests against t. The deadline is generous: a
-// run is sized to take half of grpcRun at the warm-up's rate, and a noisy
+// turn is sized to take 1/turns of grpcRun at the warm-up's rate, and a noisy
 // machine may halve that rate.
 func (h *harness) loadRun(t grpcTarget, c int, in loadInput, n int) grpcload.Run {
 	return grpcload.Run{Bin: h.checkload, Data: in.data, Target: t.addr, Concurrency: c,

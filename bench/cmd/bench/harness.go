@@ -40,6 +40,31 @@ type harness struct {
 // readyTimeout bounds how long any server may take to become ready.
 const readyTimeout = 30 * time.Second
 
+// passes is how many times over the servers or modes of a step take
+// their turns, each time in the order A B C, then C B A; turns is how
+// many turns each gets. A spell of a busier or quieter machine shorter
+// than the step then falls on all of them, not on the one or two whose
+// turns it happened to span.
+const (
+	passes = 2
+	turns  = 2 * passes
+)
+
+// turnOrder is the order in which n servers or modes take their turns:
+// 0 1 … n-1, then n-1 … 1 0, passes times over.
+func turnOrder(n int) []int {
+	order := make([]int, 0, turns*n)
+	for range passes {
+		for i := range n {
+			order = append(order, i)
+		}
+		for i := range n {
+			order = append(order, n-1-i)
+		}
+	}
+	return order
+}
+
 func newHarness(o options) (*harness, error) {
 	if err := checkRoot(); err != nil {
 		return nil, err
