@@ -155,8 +155,8 @@ func (h *harness) delivery(ctx context.Context) error {
 		tallies[m] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
 			process{"mcpfixture", []int{fixture.Pid()}}, theLoad())
 	}
-	for _, i := range turnOrder(2) {
-		m := []*listingMode{with, without}[i]
+	for _, i := range turnOrder(len(modes)) {
+		m := modes[i]
 		err := tallies[m].during(func() (int, error) {
 			s, err := m.measure(ctx, deliveryListings/turns, deliveryTurn)
 			samples[m] = append(samples[m], s)

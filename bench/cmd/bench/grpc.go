@@ -70,7 +70,6 @@ func (t grpcTarget) input(shared loadInput) loadInput {
 // spell hits them alike.
 func (h *harness) checkOverGRPC(ctx context.Context) error {
 	h.results.Method.Concurrencies = concurrencies
-	h.results.Method.Turns = turns
 	h.results.Method.GRPCRun = h.o.grpcRun
 	h.results.Method.GRPCWarmup = warmupRequests
 	h.results.Method.ProfileWindow = profileWindow
@@ -323,9 +322,9 @@ func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
 // concurrency measures every target at concurrency c. Each is first
 // checked from Go (the Check must be allowed) and warmed up; then the
 // targets take turns (turnOrder), each turn a share of a target's run,
-// so that a machine that gets busier or quieter weighs on
-// every server alike. Each run is sized from its target's warm-up rate
-// to take about grpcRun.
+// so that a machine that gets busier or quieter weighs on every server
+// alike. Each run is sized from its target's warm-up rate to take about
+// grpcRun.
 func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
 	each := make([]int, len(targets))
 	for i, t := range targets {
@@ -453,8 +452,8 @@ func (h *harness) turn(ctx context.Context, t grpcTarget, run loader) (grpcload.
 }
 
 // loadRun is a run of n requests against t. The deadline is generous: a
-// turn is sized to take 1/turns of grpcRun at the warm-up's rate, and a noisy
-// machine may halve that rate.
+// turn is sized to take 1/turns of grpcRun at the warm-up's rate, and a
+// noisy machine may halve that rate.
 func (h *harness) loadRun(t grpcTarget, c int, in loadInput, n int) grpcload.Run {
 	return grpcload.Run{Bin: h.checkload, Data: in.data, Target: t.addr, Concurrency: c,
 		Total: n, Deadline: h.runDeadline()}

@@ -87,6 +87,7 @@ func newHarness(o options) (*harness, error) {
 	}
 	h.work = work
 	h.results.Started = h.started
+	h.results.Method.Turns = turns
 	return h, nil
 }
 
