@@ -65,6 +65,12 @@ const (
 	// valid ticket from the Check that allowed its tools/list: Envoy's
 	// configuration sends capsnap responses it did not authorize.
 	UnknownListing Reason = "unknown_listing"
+	// ListingUnbound: a response that was not a tools/list's own answer (on
+	// the GET event stream, a stream resumed with Last-Event-ID, another
+	// request's stream or batch) carried a tools/list result, which a
+	// client would take for its listing by id. capsnap cannot pin what it
+	// would deliver, so it is withheld, answered with this error instead.
+	ListingUnbound Reason = "listing_unbound"
 	// NoSnapshot: the call has no snapshot to be verified against, or its
 	// snapshot does not pin this tool on this server.
 	NoSnapshot Reason = "no_snapshot"
@@ -113,7 +119,7 @@ const (
 func (r Reason) ReturnTo() string {
 	switch r {
 	case SchemaDrift, SnapshotExpired, NoSnapshot, UnknownTool,
-		InvalidArguments, ConstraintViolation, SequenceViolation:
+		InvalidArguments, ConstraintViolation, SequenceViolation, ListingUnbound:
 		return ReturnToPlanning
 	case PolicyDrift:
 		return ReturnToAuthorization

@@ -38,10 +38,12 @@ import (
 // (metadata_options.forwarding_namespaces.untyped).
 const MetadataNamespace = "envoy.filters.http.ext_authz"
 
-// Decider decides a tools/list response: the decision core's response
-// half, extauthz.Server.Deliver, and the most of a response it reads.
+// Decider decides a response: the decision core's response half,
+// extauthz.Server.Deliver for a tools/list's own answer and Screen for
+// every other, and the most of a response it reads whole.
 type Decider interface {
 	Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery
+	Screen(serverID string, head extauthz.ResponseHead, content []byte) []byte
 	MaxResponseBytes() int
 }
 
@@ -66,6 +68,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// collects its chunks until the last.
 		duplex bool
 		body   []byte
+		// ticket is the listing ticket of a tools/list's own answer, and
+		// server the route's server_id, from the Check's metadata; sc
+		// screens any other answer streamed in full duplex.
+		ticket, server string
+		sc             *screen
 	)
 	for {
 		req, err := stream.Recv()
@@ -81,6 +88,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			// Envoy says on a stream's first message how it sends bodies.
 			duplex = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 		}
+		if md := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace]; md != nil {
+			ticket = md.GetFields()["listing"].GetStringValue()
+			server = md.GetFields()["server_id"].GetStringValue()
+		}
 		// resps answer req; last says they end the stream.
 		var (
 			resps []*extprocv3.ProcessingResponse
@@ -95,6 +106,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			head = responseHead(r.ResponseHeaders.GetHeaders())
+			if ticket == "" {
+				var resp *extprocv3.ProcessingResponse
+				sc, resp = s.screenHeaders(head, server, duplex && !r.ResponseHeaders.GetEndOfStream())
+				resps, last = append(resps, resp), resp.GetImmediateResponse() != nil
+				break
+			}
 			switch {
 			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
@@ -108,6 +125,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			chunk, end := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
+			if ticket == "" {
+				if resps, err = s.screenBody(sc, head, server, chunk, end); err != nil {
+					return err
+				}
+				break
+			}
 			if !duplex {
 				if !end {
 					// Only a whole response can be read and rewritten;
@@ -133,7 +156,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			// Read no further past the bound.
 			last = over
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
-			if duplex {
+			if sc != nil {
+				// The body ended with the trailers that follow it.
+				out, err := sc.feed(nil, true)
+				if err != nil {
+					return err
+				}
+				resps = streamedBody(out, false)
+			}
+			if duplex && ticket != "" {
 				// The body ended with the trailers that follow it; a
 				// refusal answers them too.
 				resps, last = s.decideDuplex(req, head, body, true)
@@ -198,22 +229,30 @@ func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.Re
 	resps := []*extprocv3.ProcessingResponse{
 		{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: headerMutation(head, out)}}},
 	}
-	// In chunks of at most 64 KiB, as ext_proc's API asks of a streamed
-	// body; every one is a streamed response, which is all Envoy takes in
-	// this mode, and the last ends the stream unless trailers follow.
-	for {
+	return append(resps, streamedBody(body, !trailers)...), false
+}
+
+// streamedBody is body sent on in full duplex: in chunks of at most 64
+// KiB, as ext_proc's API asks of a streamed body, every one a streamed
+// response, which is all Envoy takes in this mode; the last ends the
+// stream if end says so. An empty body that does not end it needs no
+// response.
+func streamedBody(body []byte, end bool) []*extprocv3.ProcessingResponse {
+	var resps []*extprocv3.ProcessingResponse
+	for len(body) > 0 || end {
 		n := min(len(body), maxChunk)
 		last := n == len(body)
 		resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body[:n], EndOfStream: last && !trailers},
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body[:n], EndOfStream: last && end},
 			}},
 		}}}})
 		if last {
-			return resps, false
+			break
 		}
 		body = body[n:]
 	}
+	return resps
 }
 
 // maxChunk is the most of a body one streamed response carries.

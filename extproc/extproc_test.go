@@ -27,6 +27,19 @@ type recorder struct {
 	calls  int
 	// max is MaxResponseBytes; zero means 1 MiB.
 	max int
+	// screened is what Screen was given, one entry a call, and server
+	// the server it was given.
+	screened []string
+	server   string
+}
+
+// Screen stands for the decision on an answer that is not a tools/list's
+// own: it withholds whatever says LISTING, as extauthz.Server.Screen
+// withholds a listing.
+func (r *recorder) Screen(server string, _ extauthz.ResponseHead, content []byte) []byte {
+	r.screened = append(r.screened, string(content))
+	r.server = server
+	return []byte(strings.ReplaceAll(string(content), "LISTING", "WITHHELD"))
 }
 
 func (r *recorder) Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {

@@ -22,7 +22,7 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 	if len(bytes.TrimSpace(body)) == 0 {
 		return false
 	}
-	sse, ok := messageMediaType(contentType)
+	sse, ok := MessageMediaType(contentType)
 	if !ok {
 		return false
 	}
@@ -47,12 +47,12 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 	})
 }
 
-// messageMediaType reports whether some MCP client reads a body of this
+// MessageMediaType reports whether some MCP client reads a body of this
 // Content-Type as JSON-RPC messages, and whether as an event stream. The
 // SDKs differ (TypeScript's looks for the media type anywhere in the
 // header, Python's at its start), so any mention counts: a header no
 // client reads as either is one every client refuses.
-func messageMediaType(contentType string) (sse, ok bool) {
+func MessageMediaType(contentType string) (sse, ok bool) {
 	ct := strings.ToLower(contentType)
 	sse = strings.Contains(ct, "event-stream")
 	return sse, sse || strings.Contains(ct, "json")
@@ -125,4 +125,129 @@ func asciiFold(r rune) byte {
 		}
 	}
 	return 0
+}
+
+// WithholdListings returns doc, one JSON-RPC document (a message or a
+// batch) that is not the answer to a tools/list capsnap admitted, with
+// every response some client could take for a tools/list result replaced
+// by withhold(id), and how many it replaced. id is the response's id, or
+// null where it has none. A response is a listing when its result is an
+// object with a member named tools up to case: a client matches it to its
+// pending tools/list by id, whatever stream it came on. A document that
+// cannot be read strictly but could name tools for some parser is
+// replaced whole, by withhold(null).
+func WithholdListings(doc []byte, maxDepth int, withhold func(id []byte) []byte) ([]byte, int) {
+	if !MayName(doc, "tools") {
+		return doc, 0
+	}
+	if checkJSON(doc, depthLimit(maxDepth), true) != nil {
+		return withhold(jsonNull), 1
+	}
+	v := trimValue(doc)
+	if v[0] != '[' {
+		id, listing, err := listingOf(v)
+		switch {
+		case err != nil:
+			return withhold(jsonNull), 1
+		case listing:
+			return withhold(id), 1
+		}
+		return doc, 0
+	}
+	out := []byte{'['}
+	n := 0
+	it := elementsOf(v)
+	for el, ok := it.next(); ok; el, ok = it.next() {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		id, listing, err := listingOf(el)
+		switch {
+		case err != nil:
+			return withhold(jsonNull), 1
+		case listing:
+			out = append(out, withhold(id)...)
+			n++
+		default:
+			out = append(out, el...)
+		}
+	}
+	if n == 0 {
+		return doc, 0
+	}
+	return append(out, ']'), n
+}
+
+var jsonNull = []byte("null")
+
+// listingOf reports whether msg, one checked message, is a response some
+// client could take for a tools/list result, and its id.
+func listingOf(msg []byte) (id []byte, listing bool, err error) {
+	resps, err := responses(msg)
+	if err != nil || len(resps) == 0 {
+		return nil, false, err
+	}
+	a := &resps[0]
+	if a.result == nil || a.result[0] != '{' {
+		return nil, false, nil
+	}
+	listing = a.list.tools != nil
+	for _, m := range a.list.members {
+		var buf [64]byte
+		listing = listing || bytes.EqualFold(nameOf(&buf, m.name), []byte("tools"))
+	}
+	if id = a.id; id == nil {
+		id = jsonNull
+	}
+	return id, listing, nil
+}
+
+// WithholdEventListings is WithholdListings for each event of body, whole
+// events of a text/event-stream response: an event that holds a listing
+// gets withhold's error as its data instead. A body that is not a strict
+// event stream (a lone CR, an event with no blank line after it) but could
+// name tools is replaced whole, by one event with withhold(null).
+func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) []byte) ([]byte, int) {
+	if !MayName(body, "tools") {
+		return body, 0
+	}
+	events, err := ReadEventStream(body)
+	if err != nil {
+		return append(append([]byte("event: message\ndata: "), withhold(jsonNull)...), "\n\n"...), 1
+	}
+	n := 0
+	// From the last event back, so that each one's span in body still
+	// holds when it is replaced.
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if len(bytes.TrimSpace(e.Data)) == 0 {
+			continue
+		}
+		doc, k := WithholdListings(e.Data, maxDepth, withhold)
+		if k > 0 {
+			body = ReplaceData(body, e, doc)
+			n += k
+		}
+	}
+	return body, n
+}
+
+// CompleteEvents returns the length of the longest prefix of b, the start
+// of an event stream, that ends with a blank line: every event in it has
+// been dispatched, whatever follows. A line ended by a lone CR is not
+// taken for an end, so that an event split by one is held until it is
+// read whole.
+func CompleteEvents(b []byte) int {
+	n := 0
+	for pos := 0; ; {
+		i := bytes.IndexByte(b[pos:], '\n')
+		if i < 0 {
+			return n
+		}
+		line := bytes.TrimSuffix(b[pos:pos+i], []byte("\r"))
+		pos += i + 1
+		if len(line) == 0 {
+			n = pos
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package mcpparse
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -97,6 +98,44 @@ func FuzzCarriesResult(f *testing.F) {
 				if m.Result != nil {
 					t.Fatalf("CarriesResult is false, but encoding/json reads result %s in the batch %q", m.Result, body)
 				}
+			}
+		}
+	})
+}
+
+// FuzzWithholdListings holds WithholdListings to what a lenient client
+// reads: in what it returns, Go's encoding/json (which matches names up to
+// case) finds no result with a member named tools, alone or in a batch.
+func FuzzWithholdListings(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`,
+		`[{"jsonrpc":"2.0","id":1,"result":{"content":[]}},{"jsonrpc":"2.0","id":2,"result":{"Tools":[]}}]`,
+		`{"jsonrpc":"2.0","id":1,"result":{"tools":[]},"result":{}}`,
+		"{\"result\":{\"tool\u017f\":1}}",
+	} {
+		f.Add([]byte(s))
+	}
+	withhold := func([]byte) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"withheld"}}`)
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		out, _ := WithholdListings(doc, 0, withhold)
+		type msg struct{ Result map[string]json.RawMessage }
+		check := func(m msg) {
+			for k := range m.Result {
+				if bytes.EqualFold([]byte(k), []byte("tools")) {
+					t.Fatalf("%q became %q, in which encoding/json reads a listing", doc, out)
+				}
+			}
+		}
+		var one msg
+		if json.Unmarshal(out, &one) == nil {
+			check(one)
+		}
+		var batch []msg
+		if json.Unmarshal(out, &batch) == nil {
+			for _, m := range batch {
+				check(m)
 			}
 		}
 	})
