@@ -101,16 +101,23 @@ func checkManager(t *testing.T, m manager) {
 	}
 	// The response path streams a listing to capsnap in full duplex
 	// (extproc's one exchange), with the trailers Envoy requires of it.
+	// It skips only what capsnap never decided: every answer to a checked
+	// request is screened, since a listing can come on any stream.
 	mode := map[string]any{}
+	var skipUnless any
 	for _, f := range m.HTTPFilters {
 		if f.Name == "capsnap.ext_proc" {
 			ext, _ := f.TypedConfig["extension_config"].(map[string]any)
 			proc, _ := ext["typed_config"].(map[string]any)
 			mode, _ = proc["processing_mode"].(map[string]any)
+			skipUnless = dig(f.TypedConfig, "xds_matcher", "matcher_list", "matchers", 0, "predicate", "single_predicate", "input", "typed_config", "path", 0, "key")
 		}
 	}
 	if mode["response_body_mode"] != "FULL_DUPLEX_STREAMED" || mode["response_trailer_mode"] != "SEND" {
 		t.Errorf("capsnap.ext_proc processing_mode %v, want response_body_mode FULL_DUPLEX_STREAMED with response_trailer_mode SEND", mode)
+	}
+	if skipUnless != "decision" {
+		t.Errorf("capsnap.ext_proc is skipped unless the ext_authz metadata has %v, want decision: every answer to a checked request must be screened", skipUnless)
 	}
 	for _, vh := range m.RouteConfig.VirtualHosts {
 		for _, r := range vh.Routes {
@@ -121,4 +128,23 @@ func checkManager(t *testing.T, m manager) {
 			}
 		}
 	}
+}
+
+// dig walks v by map keys and slice indexes; nil where the path leads
+// nowhere.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			s, _ := v.([]any)
+			if k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		}
+	}
+	return v
 }

@@ -1151,10 +1151,10 @@ func (f envoyFilter) responsePaths(t *testing.T) []responsePath {
 
 // skipsExtProc evaluates the filter's matcher as Envoy does (the first
 // matcher that matches decides, else on_no_match) for a request whose
-// ext_authz dynamic metadata has, or lacks, the listing ticket: whether the
+// ext_authz dynamic metadata has, or lacks, capsnap's decision: whether the
 // filter is skipped. It knows only the input, matcher and action the filter
 // is written with, and fails on anything else rather than guess.
-func skipsExtProc(ewm *matchingv3.ExtensionWithMatcher, listing bool) (bool, error) {
+func skipsExtProc(ewm *matchingv3.ExtensionWithMatcher, decided bool) (bool, error) {
 	m := ewm.GetXdsMatcher()
 	if m == nil || m.GetMatcherList() == nil {
 		return false, errors.New("want an xds_matcher with a matcher_list")
@@ -1174,17 +1174,17 @@ func skipsExtProc(ewm *matchingv3.ExtensionWithMatcher, listing bool) (bool, err
 		if err := sp.GetInput().GetTypedConfig().UnmarshalTo(&in); err != nil {
 			return false, fmt.Errorf("matcher %d: input: want DynamicMetadataInput: %v", i, err)
 		}
-		if in.GetFilter() != extAuthzFilter || len(in.GetPath()) != 1 || in.GetPath()[0].GetKey() != "listing" {
-			return false, fmt.Errorf("matcher %d: input reads %s %v, want the key listing of %s's metadata", i, in.GetFilter(), in.GetPath(), extAuthzFilter)
+		if in.GetFilter() != extAuthzFilter || len(in.GetPath()) != 1 || in.GetPath()[0].GetKey() != "decision" {
+			return false, fmt.Errorf("matcher %d: input reads %s %v, want the key decision of %s's metadata", i, in.GetFilter(), in.GetPath(), extAuthzFilter)
 		}
 		var mm metadatamatchv3.Metadata
 		if err := sp.GetCustomMatch().GetTypedConfig().UnmarshalTo(&mm); err != nil {
 			return false, fmt.Errorf("matcher %d: custom_match: want the Metadata input matcher: %v", i, err)
 		}
 		if !mm.GetValue().GetPresentMatch() {
-			return false, fmt.Errorf("matcher %d: want value present_match: true (the ticket's value is capsnap's to read)", i)
+			return false, fmt.Errorf("matcher %d: want value present_match: true (the decision's value is capsnap's to read)", i)
 		}
-		if listing == mm.GetInvert() {
+		if decided == mm.GetInvert() {
 			continue // no match
 		}
 		if fm.GetOnMatch().GetAction() == nil || fm.GetOnMatch().GetKeepMatching() {
@@ -1302,16 +1302,18 @@ func checkResponsePath(t *testing.T, f envoyFilter, rp responsePath, demo *hcmv3
 		t.Errorf("%s: extension_config.name %q, want envoy.filters.http.ext_proc", where, n)
 	}
 
-	// Which responses: only an allowed tools/list's.
+	// Which responses: every answer to a request capsnap decided (a
+	// listing can come on any stream), and none of those it never saw
+	// (its own catalog requests, exempt from the CUSTOM policy).
 	absent, err1 := skipsExtProc(rp.matcher, false)
 	present, err2 := skipsExtProc(rp.matcher, true)
 	switch {
 	case err1 != nil || err2 != nil:
 		t.Errorf("%s: matcher: %v", where, errors.Join(err1, err2))
 	case !absent:
-		t.Errorf("%s: the matcher does not skip requests without the listing ticket: every response would be buffered", where)
+		t.Errorf("%s: the matcher does not skip requests capsnap never decided: its own catalog's listings would be withheld", where)
 	case present:
-		t.Errorf("%s: the matcher skips tools/list responses too: nothing would be pinned", where)
+		t.Errorf("%s: the matcher skips answers capsnap decided: a listing on any stream but its own would reach the agent unscreened", where)
 	}
 
 	// How.
