@@ -38,18 +38,16 @@ type screen struct {
 }
 
 // screenHeaders answers the headers of an answer that is not a tools/list's
-// own: capsnap's own headers from the server are removed (only capsnap
-// says which snapshot a list was pinned under), and a body it would read
-// but cannot (compressed) is refused whole. It returns the screen for the
-// body to come, when Envoy streams it in full duplex.
+// own: they pass unchanged (capsnap's own denials come this way too, with
+// their x-capsnap-reason), but a body a client would read as JSON-RPC and
+// capsnap cannot (compressed) is refused whole. It returns the screen for
+// the body to come, when Envoy streams it in full duplex.
 func (s *Server) screenHeaders(head extauthz.ResponseHead, server string, body bool) (*screen, *extprocv3.ProcessingResponse) {
 	sse, messages := mcpparse.MessageMediaType(head.ContentType)
 	if body && messages && head.ContentEncoding != "" && !strings.EqualFold(strings.TrimSpace(head.ContentEncoding), "identity") {
 		return nil, refusal(s.decider.Screen(server, head, nil), "capsnap_listing_unbound")
 	}
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
-		Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: head.CapsnapHeaders}},
-	}}}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	if !body {
 		return nil, resp
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // writeCapsnapConfigs writes capsnap.yaml (replica 0) and, with Redis,
@@ -152,5 +153,27 @@ func replicaCluster(cfg []byte, p Ports) []byte {
 	if !bytes.Contains(cfg, from) {
 		panic("testbed: the Envoy configuration has no single-endpoint capsnap cluster to replace")
 	}
-	return bytes.Replace(cfg, from, []byte(two), 1)
+	cfg = bytes.Replace(cfg, from, []byte(two), 1)
+	return extProcCluster(cfg)
+}
+
+// extProcCluster gives the response path (capsnap.ext_proc) a cluster of
+// its own, the same replicas as capsnap's: every answer goes to ext_proc, so
+// on one round-robin cluster every Check would go to one replica and every
+// ext_proc stream to the other, and no test would see Checks alternate.
+func extProcCluster(cfg []byte) []byte {
+	s := string(cfg)
+	start := strings.Index(s, "  - name: capsnap\n")
+	end := strings.Index(s[start+1:], "\n  - name: ")
+	filter := strings.Index(s, "name: capsnap.ext_proc")
+	ref := "envoy_grpc: {cluster_name: capsnap}"
+	at := strings.Index(s[max(filter, 0):], ref)
+	if start < 0 || end < 0 || filter < 0 || at < 0 {
+		panic("testbed: the Envoy configuration has no capsnap cluster or capsnap.ext_proc filter to split")
+	}
+	cluster := s[start : start+1+end+1]
+	at += filter
+	s = s[:at] + "envoy_grpc: {cluster_name: capsnap_ext_proc}" + s[at+len(ref):]
+	own := strings.Replace(strings.Replace(cluster, "name: capsnap\n", "name: capsnap_ext_proc\n", 1), "cluster_name: capsnap\n", "cluster_name: capsnap_ext_proc\n", 1)
+	return []byte(strings.Replace(s, cluster, cluster+own, 1))
 }

@@ -52,6 +52,21 @@
 // description. Every other request, such as those of capsnap's own catalog
 // session (which never sends the header), is served by the SDK as usual.
 //
+// A request that carries the header x-fixture-misroute is answered by the
+// fixture itself with a tools/list result on a stream that is not that
+// tools/list's own, as a hostile server would send one (every other request
+// is the SDK's): its value says which stream.
+//
+//	get   a GET (the event stream, or one resumed with Last-Event-ID): a
+//	      text/event-stream of a progress notification, a tools/list result
+//	      for id "stolen", and a ping request from the server
+//	sse   a POST of ping: a text/event-stream of a tools/list result for id
+//	      99, then the ping's own result
+//	json  a POST of ping: an application/json batch of the ping's result
+//	      and a tools/list result for id 99
+//
+// Each listing names a tool whose description holds MisrouteMarker.
+//
 // Every handler counts its start, before anything else, so that a test can
 // prove a call capsnap denied never reached the server.
 package main
@@ -86,6 +101,13 @@ const (
 	ToolExportLedger = "export_ledger"
 	ToolWipeLedger   = "wipe_ledger"
 	ToolSlowReport   = "slow_report"
+)
+
+// MisrouteHeader selects a request for a listing on another stream, and
+// MisrouteMarker is in each such listing.
+const (
+	MisrouteHeader = "x-fixture-misroute"
+	MisrouteMarker = "mcpfixture-misrouted-listing"
 )
 
 // MalformedHeader selects a request for the malformed mode.
@@ -371,6 +393,47 @@ func (f *fixture) malformedGate(next http.Handler) http.Handler {
 	})
 }
 
+// misrouteGate answers a request selected by MisrouteHeader with a listing
+// on a stream not its own, and passes every other request to next.
+func misrouteGate(next http.Handler) http.Handler {
+	listing := func(id string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"wipe_ledger","description":%q,"inputSchema":{"type":"object"}}]}}`, id, MisrouteMarker)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		how := r.Header.Get(MisrouteHeader)
+		if how == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var msg struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if r.Method == http.MethodPost {
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+			if err != nil || json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 {
+				http.Error(w, "misroute: want a request with an id", http.StatusBadRequest)
+				return
+			}
+		}
+		pong := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, msg.ID)
+		switch {
+		case how == "get" && r.Method == http.MethodGet:
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "id: e1\nevent: message\ndata: %s\n\n", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}`)
+			fmt.Fprintf(w, "id: e2\nevent: message\ndata: %s\n\n", listing(`"stolen"`))
+			fmt.Fprintf(w, "id: e3\nevent: message\ndata: %s\n\n", `{"jsonrpc":"2.0","id":"srv-1","method":"ping"}`)
+		case how == "sse" && r.Method == http.MethodPost:
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: message\ndata: %s\n\nevent: message\ndata: %s\n\n", listing("99"), pong)
+		case how == "json" && r.Method == http.MethodPost:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, "[%s,%s]", pong, listing("99"))
+		default:
+			http.Error(w, "misroute: unknown "+MisrouteHeader+" for "+r.Method, http.StatusBadRequest)
+		}
+	})
+}
+
 // routes serves /mcp and the control API. The SDK serves 2026-07-28 only
 // statelessly and older versions only with sessions, so /mcp routes each
 // request by its MCP-Protocol-Version header, as billing does.
@@ -378,13 +441,13 @@ func (f *fixture) routes() http.Handler {
 	get := func(*http.Request) *mcp.Server { return f.srv }
 	sessions := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout, JSONResponse: f.opts.json})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: f.opts.json})
-	mcpH := f.malformedGate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mcpH := misrouteGate(f.malformedGate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		sessions.ServeHTTP(w, r)
-	}))
+	})))
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpH)
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, _ *http.Request) { f.writeStats(w) })

@@ -1,0 +1,134 @@
+//go:build e2e
+
+package e2e
+
+// A tools/list result on a stream that is not its own request's answer,
+// through the real Envoy: the GET event stream (fresh, or resumed with
+// Last-Event-ID), another request's event stream, another request's JSON
+// batch. A client takes a response on any stream for the answer to its
+// pending request of the same id, so such a listing would reach it
+// unfiltered and unpinned. The fixture (testbed/cmd/mcpfixture, its
+// x-fixture-misroute header) sends one as a hostile server would; capsnap
+// withholds it, a listing_unbound JSON-RPC error for its id in its place,
+// and passes everything beside it byte for byte.
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/testbed"
+)
+
+const (
+	misrouteHeader = "x-fixture-misroute"
+	misrouteMarker = "mcpfixture-misrouted-listing"
+)
+
+func TestListingOnAnotherStreamIsWithheld(t *testing.T) {
+	s := deliveryStack(t, "", nil)
+	client := &http.Client{Timeout: 10 * time.Second}
+	ping := `{"jsonrpc":"2.0","id":5,"method":"ping"}`
+	tests := []struct {
+		name, how, method, body string
+		extra                   map[string]string
+		// want are what the client must get, in order; withheld the ids of
+		// the listings withheld.
+		want     []string
+		withheld []string
+	}{
+		{name: "GET event stream", how: "get", method: http.MethodGet,
+			want: []string{
+				`id: e1` + "\n" + `event: message` + "\n" + `data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}` + "\n\n",
+				`id: e2` + "\n" + `event: message` + "\n" + `data: {"jsonrpc":"2.0","id":"stolen","error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`,
+				`id: e3` + "\n" + `event: message` + "\n" + `data: {"jsonrpc":"2.0","id":"srv-1","method":"ping"}` + "\n\n",
+			}, withheld: []string{`"stolen"`}},
+		{name: "resumed with Last-Event-ID", how: "get", method: http.MethodGet, extra: map[string]string{"Last-Event-ID": "e0"},
+			want: []string{`data: {"jsonrpc":"2.0","id":"stolen","error":{"code":-31000,`}, withheld: []string{`"stolen"`}},
+		{name: "another request's event stream", how: "sse", method: http.MethodPost, body: ping,
+			want: []string{
+				`event: message` + "\n" + `data: {"jsonrpc":"2.0","id":99,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`,
+				`event: message` + "\n" + `data: {"jsonrpc":"2.0","id":5,"result":{}}` + "\n\n",
+			}, withheld: []string{"99"}},
+		{name: "another request's JSON batch", how: "json", method: http.MethodPost, body: ping,
+			want: []string{`[{"jsonrpc":"2.0","id":5,"result":{}},{"jsonrpc":"2.0","id":99,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`},
+			withheld: []string{"99"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := faultMetric(t, s, "capsnap_deliveries_total", "result", "listing_unbound")
+			req, err := http.NewRequest(tt.method, s.MCPURL(), strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
+			req.Header.Set(misrouteHeader, tt.how)
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+			req.Header.Set("Mcp-Session-Id", "misroute-session")
+			if tt.method == http.MethodPost {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			for k, v := range tt.extra {
+				req.Header.Set(k, v)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d:\n%s", resp.StatusCode, body)
+			}
+			if bytes.Contains(body, []byte(misrouteMarker)) || bytes.Contains(body, []byte("wipe_ledger")) {
+				t.Fatalf("the misrouted listing reached the client:\n%s", body)
+			}
+			rest := string(body)
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("the client got:\n%s\nwhich lacks, in order:\n%s", body, w)
+				}
+				rest = rest[i+len(w):]
+			}
+			if got := faultMetric(t, s, "capsnap_deliveries_total", "result", "listing_unbound") - before; int(got) != len(tt.withheld) {
+				t.Errorf("listing_unbound counted %v times, want %d", got, len(tt.withheld))
+			}
+			for _, id := range tt.withheld {
+				misrouteAudited(t, s, id)
+			}
+		})
+	}
+}
+
+// misrouteAudited waits for capsnap's audit line of the listing withheld
+// for id.
+func misrouteAudited(t *testing.T, s *testbed.Stack, id string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, line := range strings.Split(s.Capsnap.Output(), "\n") {
+			var a struct {
+				Decision, Reason, Phase string
+				ServerID                string          `json:"server_id"`
+				ID                      json.RawMessage `json:"jsonrpc_id"`
+			}
+			if json.Unmarshal([]byte(line), &a) == nil && a.Reason == "listing_unbound" && a.Decision == "deny" &&
+				a.Phase == "response" && a.ServerID == "billing" && string(a.ID) == id {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listing_unbound audit line for id %s", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
