@@ -1,14 +1,12 @@
 package extauthz
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"slices"
 	"strings"
 	"time"
@@ -181,31 +179,10 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	case len(body) > s.maxResponse:
 		// At least: a body streamed in full duplex is read no further.
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response is over discovery.max_response_bytes %d (at least %d bytes)", s.maxResponse, len(body))
-	case head.Status < 200 || head.Status > 299:
-		// An error status delivers no tools if its body carries no
-		// message (empty, or not JSON or SSE: a "session not found" the
-		// client acts on) or a JSON-RPC error: it passes as it is, with
-		// no snapshot and no epoch. A result is read by some client
-		// (Python's reads a 3xx's as the answer; TypeScript's puts the
-		// body into the error its agent sees) and is refused.
-		if !errorAnswer(head, body, l.ID) {
-			return deny.Errorf(deny.MalformedResponse, "a tools/list response with HTTP status %d carries something other than a JSON-RPC error", head.Status)
-		}
-		return nil
-	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
-		return deny.Errorf(deny.MalformedResponse, "the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
 	}
-	// Every delivered tool's digest is needed, withheld or not: a tool
-	// capsnap cannot digest makes the whole list one it cannot vouch for.
-	// ReadDelivery remembers digests by the definition's bytes
-	// (mcpparse/digestcache.go), so an unchanged server's list costs a
-	// strict check and a hash per tool, not a canonicalization (issue 17).
-	resp, err := mcpparse.ReadDelivery(head.ContentType, body, l.ID, s.limits.MaxDepth)
-	if err != nil {
-		return deny.Errorf(deny.MalformedResponse, "%v", err)
-	}
-	if resp.Error {
-		return nil // the server's own error delivers no tools
+	resp, fail := s.readListing(head, body, l.ID)
+	if resp == nil {
+		return fail
 	}
 	snap, fail := s.newSnapshot(d)
 	if fail != nil {
@@ -279,6 +256,41 @@ func (s *Server) withhold(d *decision, r *Rules, principal *policy.Principal, li
 	return rule, nil
 }
 
+// readListing reads a successful tools/list response answering id. Only
+// such a listing is rewritten. Any other answer (the server's own error,
+// whatever its id: a 404 "session not found" has id null; an empty body; a
+// page no client reads as JSON-RPC) delivers no tools and passes as the
+// server sent it, with no snapshot and no epoch, so nil and no denial: an
+// MCP client's own recovery depends on it. What some client could read as
+// a result but capsnap cannot read strictly is refused.
+func (s *Server) readListing(head ResponseHead, body []byte, id json.RawMessage) (*mcpparse.Delivery, *deny.Error) {
+	var err error
+	switch {
+	case head.Status < 200 || head.Status > 299:
+		// Some client reads a result under any status (Python's takes a
+		// 3xx's for the answer; TypeScript's puts a 500's body into the
+		// error its agent sees).
+		err = fmt.Errorf("a tools/list response with HTTP status %d carries a JSON-RPC result", head.Status)
+	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
+		err = fmt.Errorf("the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
+	default:
+		// Every delivered tool's digest is needed, withheld or not: a
+		// tool capsnap cannot digest makes the whole list one it cannot
+		// vouch for. ReadDelivery remembers digests by the definition's
+		// bytes (mcpparse/digestcache.go), so an unchanged server's list
+		// costs a strict check and a hash per tool, not a
+		// canonicalization (issue 17).
+		var resp *mcpparse.Delivery
+		if resp, err = mcpparse.ReadDelivery(head.ContentType, body, id, s.limits.MaxDepth); err == nil && !resp.Error {
+			return resp, nil
+		}
+	}
+	if !mcpparse.CarriesResult(head.ContentType, head.ContentEncoding, body, s.limits.MaxDepth) {
+		return nil, nil
+	}
+	return nil, deny.Errorf(deny.MalformedResponse, "%v", err)
+}
+
 // continues returns the snapshot a page request with cursor continues: the
 // newest one for the same principal, server and session (Latest's key),
 // still valid, whose page's nextCursor was cursor.
@@ -294,16 +306,4 @@ func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool, *
 		return nil, false, nil
 	}
 	return prev, true, nil
-}
-
-// errorAnswer reports whether a response of an error status is one that
-// delivers nothing: an empty body, one that is neither JSON nor an event
-// stream, or a JSON-RPC error for the request.
-func errorAnswer(head ResponseHead, body []byte, id json.RawMessage) bool {
-	mt, _, _ := mime.ParseMediaType(head.ContentType)
-	if len(bytes.TrimSpace(body)) == 0 || (mt != "application/json" && mt != "text/event-stream") {
-		return true
-	}
-	d, err := mcpparse.ReadDelivery(head.ContentType, body, id, 0)
-	return err == nil && d.Error
 }

@@ -678,16 +678,29 @@ func TestDeliverFailures(t *testing.T) {
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "error status in parts", head: ResponseHead{Status: 404, ContentType: "text/html", Streamed: true},
 			body: func(env) []byte { return []byte("<p>") }, want: deny.MalformedResponse, status: 502, id: `"l"`},
-		{name: "text/plain", head: ResponseHead{Status: 200, ContentType: "text/plain"},
+		// TypeScript's client reads a body as JSON when its content type
+		// mentions application/json anywhere.
+		{name: "JSON named in a parameter", head: ResponseHead{Status: 200, ContentType: "text/plain; profile=application/json"},
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
-		{name: "no content type", head: ResponseHead{Status: 200},
-			want: deny.MalformedResponse, status: 502, id: `"l"`},
+		{name: "a result in another letter case", body: func(env) []byte {
+			return []byte(`{"jsonrpc":"2.0","id":"l","Result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`)
+		}, want: deny.MalformedResponse, status: 502, id: `"l"`},
+		{name: "malformed, a result spelled in an escape", head: ResponseHead{Status: 404, ContentType: jsonHead}, body: func(env) []byte {
+			return []byte(`{"jsonrpc":"2.0","id":"l","r\u0065sult":{"tools":[]},}`)
+		}, want: deny.MalformedResponse, status: 502, id: `"l"`},
+		{name: "truncated event stream", head: ResponseHead{Status: 200, ContentType: "text/event-stream"}, body: func(e env) []byte {
+			return append([]byte("data: "), e.f.served(t, "billing", `"l"`)...)
+		}, want: deny.MalformedResponse, status: 502, id: `"l"`},
+		{name: "two JSON documents in one event", head: ResponseHead{Status: 200, ContentType: "text/event-stream"}, body: func(e env) []byte {
+			l := e.f.served(t, "billing", `"l"`)
+			return []byte("data: " + string(l) + "\ndata: " + string(l) + "\n\n")
+		}, want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "gzip", head: ResponseHead{Status: 200, ContentType: jsonHead, ContentEncoding: "gzip"},
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "streamed", head: ResponseHead{Status: 200, ContentType: jsonHead, Streamed: true},
 			want: deny.MalformedResponse, status: 502, id: `"l"`},
 		{name: "numeric id echoed", ticket: func(e env) string { return e.f.ticket(t, support, listRequest("7", "")) },
-			body: func(env) []byte { return []byte(`not json`) }, want: deny.MalformedResponse, status: 502, id: `7`},
+			body: func(env) []byte { return []byte(`{"result": not json`) }, want: deny.MalformedResponse, status: 502, id: `7`},
 		{name: "forged principal", ticket: func(e env) string { return forgeTicket(t, e.good) },
 			want: deny.UnknownListing, status: 500, id: `null`},
 		{name: "sealed under another key", ticket: func(e env) string {
@@ -797,7 +810,7 @@ func TestListAloneInBatch(t *testing.T) {
 // takes a 3xx's result for the answer, TypeScript's shows a 500's body to
 // its agent): it is refused, never passed unfiltered.
 func TestDeliverRefusesResultsUnderErrorStatus(t *testing.T) {
-	list := []byte(`{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`)
+	list := []byte(listResultGhost)
 	for _, status := range []int{300, 399, 500} {
 		f := newFixture(t)
 		out := f.Deliver(f.ticket(t, support, listBody), ResponseHead{Status: status, ContentType: jsonHead}, list)
@@ -807,8 +820,12 @@ func TestDeliverRefusesResultsUnderErrorStatus(t *testing.T) {
 	}
 }
 
-// A response that delivers no tools (an error status, or the server's own
-// JSON-RPC error) passes as it is, with no snapshot and no epoch.
+// listResultGhost is a listing of a tool capsnap's view has not.
+const listResultGhost = `{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`
+
+// A response that delivers no tools (the server's own JSON-RPC error, with
+// any id or none, under any status; a body no client reads as JSON-RPC)
+// passes as it is, with no snapshot and no epoch.
 func TestDeliverPassesThrough(t *testing.T) {
 	rpcError := []byte(`{"jsonrpc":"2.0","id":"l","error":{"code":-32603,"message":"backend down"}}`)
 	tests := []struct {
@@ -821,6 +838,26 @@ func TestDeliverPassesThrough(t *testing.T) {
 		{"302, gzip", ResponseHead{Status: 302, ContentEncoding: "gzip"}, []byte{0x1f, 0x8b}},
 		{"JSON-RPC error", okJSON, rpcError},
 		{"JSON-RPC error in an event", ResponseHead{Status: 200, ContentType: "text/event-stream"}, []byte("id: 1\ndata:\n\ndata: " + string(rpcError) + "\n\n")},
+		// What the Python and TypeScript SDK servers answer a request in a
+		// session they no longer have: the client initializes again.
+		{"404 session not found, id null", ResponseHead{Status: 404, ContentType: jsonHead},
+			[]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`)},
+		{"400 without an id", ResponseHead{Status: 400, ContentType: "application/json; charset=utf-8"},
+			[]byte(`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Mcp-Session-Id header is required"}}`)},
+		{"413", ResponseHead{Status: 413, ContentType: "text/plain"}, []byte("payload too large")},
+		{"503 with an error for another id", ResponseHead{Status: 503, ContentType: jsonHead},
+			[]byte(`{"jsonrpc":"2.0","id":"zz","error":{"code":-32603,"message":"overloaded"}}`)},
+		{"404 problem+json", ResponseHead{Status: 404, ContentType: "application/problem+json"},
+			[]byte(`{"type":"about:blank","title":"Not Found","status":404}`)},
+		{"500 malformed JSON naming no result", ResponseHead{Status: 500, ContentType: jsonHead}, []byte(`{"error": "oops"`)},
+		{"200 empty", okJSON, nil},
+		{"202 empty event stream", ResponseHead{Status: 202, ContentType: "text/event-stream"}, []byte("\n")},
+		{"error id null in an event", ResponseHead{Status: 200, ContentType: "text/event-stream"},
+			[]byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Session not found\"}}\n\n")},
+		// No client reads a body as JSON-RPC under a content type that
+		// names neither JSON nor an event stream: each refuses it.
+		{"200 text/plain", ResponseHead{Status: 200, ContentType: "text/plain"}, []byte(listResultGhost)},
+		{"200 no content type", ResponseHead{Status: 200}, []byte(listResultGhost)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -841,6 +878,9 @@ func TestDeliverPassesThrough(t *testing.T) {
 			}
 			if snap, ok, _ := f.snapshots.Latest(support, "billing", ""); ok {
 				t.Errorf("minted %s", snap.Epoch)
+			}
+			if got := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues("billing", "passed")); got != 1 {
+				t.Errorf("deliveries_total{billing,passed} = %v, want 1", got)
 			}
 			if got := f.call(t, checkCase{Principal: support, Body: callBody("refund")}); got.reason != deny.NoSnapshot {
 				t.Errorf("refund after a list that delivered nothing: %q", got.reason)
@@ -903,7 +943,7 @@ func TestDeliverAuditAndMetrics(t *testing.T) {
 	}
 
 	// One refused delivery, and one with no ticket behind it.
-	f.Deliver(f.ticket(t, support, listBody), okJSON, []byte("{"))
+	f.Deliver(f.ticket(t, support, listBody), okJSON, []byte(`{"result":`))
 	f.Deliver("", okJSON, []byte("{"))
 
 	for _, c := range []struct {

@@ -92,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "capsnap",
 		Name:      "deliveries_total",
-		Help:      "tools/list responses decided on the response path, by server_id and result: ok, or the reason the response was not delivered.",
+		Help:      "tools/list responses decided on the response path, by server_id and result: ok (a listing, rewritten and pinned), passed (the server's own answer, not a listing, passed as it was sent), or the reason the response was not delivered.",
 	}, []string{"server_id", "result"})
 	m.withheld = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "capsnap",
@@ -245,8 +245,13 @@ func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duratio
 	server := s.serverLabel(d.serverID)
 	if s.metrics != nil {
 		result := "ok"
-		if d.fail != nil {
+		switch {
+		case d.fail != nil:
 			result = string(d.fail.Reason)
+		case d.snapshot == nil:
+			// The server's own answer (an error, an expired session's
+			// 404), which delivers no tools.
+			result = "passed"
 		}
 		s.metrics.deliveries.WithLabelValues(server, result).Inc()
 		// Counted by reason, not one by one: a listing may withhold

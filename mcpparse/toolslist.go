@@ -195,13 +195,19 @@ func readLimits(id json.RawMessage, maxDepth int) (int, error) {
 	if len(id) == 0 {
 		return 0, fmt.Errorf("tools/list response: the request had no id")
 	}
+	return depthLimit(maxDepth), nil
+}
+
+// depthLimit is maxDepth as Parse bounds it: the default for none, and
+// never past maxDepthCap.
+func depthLimit(maxDepth int) int {
 	switch {
 	case maxDepth <= 0:
-		maxDepth = defaultMaxDepth
+		return defaultMaxDepth
 	case maxDepth > maxDepthCap:
-		maxDepth = maxDepthCap
+		return maxDepthCap
 	}
-	return maxDepth, nil
+	return maxDepth
 }
 
 // sameResponseID reports whether a response's id answers the request's.

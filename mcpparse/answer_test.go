@@ -1,0 +1,103 @@
+package mcpparse
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestCarriesResult(t *testing.T) {
+	const listing = `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`
+	tests := []struct {
+		name, contentType, encoding, body string
+		want                              bool
+	}{
+		{"a listing", "application/json", "", listing, true},
+		{"a listing in an event", "text/event-stream", "", "data:\n\ndata: " + listing + "\n\n", true},
+		{"a result beside a request in a batch", "application/json", "", `[{"jsonrpc":"2.0","id":9,"method":"ping"},{"jsonrpc":"2.0","id":1,"result":{}}]`, true},
+		{"an empty result", "application/json", "", `{"jsonrpc":"2.0","id":1,"result":{}}`, true},
+		{"JSON named in a parameter", "text/plain; profile=application/json", "", listing, true},
+		{"gzip", "application/json", "gzip", "\x1f\x8b", true},
+		{"malformed, naming a result", "application/json", "", `{"result":{"tools":[`, true},
+		{"malformed, a result in another case", "application/json", "", `{"RESULT":{}`, true},
+		{"malformed, a result folded", "application/json", "", "{\"re\u017fult\":{}", true},
+		{"malformed, an escape", "application/json", "", `{"\u0072esult":{},}`, true},
+		{"a case variant of result", "application/json", "", `{"jsonrpc":"2.0","id":1,"Result":{}}`, true},
+		{"a truncated event", "text/event-stream", "", "data: " + listing, true},
+		{"two documents in one event", "text/event-stream", "", "data: " + listing + "\ndata: " + listing + "\n\n", true},
+
+		{"empty", "application/json", "", "", false},
+		{"whitespace", "application/json", "", " \n", false},
+		{"error id null", "application/json", "", `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`, false},
+		{"error without id", "application/json", "", `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request"}}`, false},
+		{"error in an event", "text/event-stream", "", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1,\"message\":\"x\"}}\n\n", false},
+		{"a notification in an event", "text/event-stream", "", "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n", false},
+		{"problem+json", "application/problem+json", "", `{"type":"about:blank","title":"Not Found"}`, false},
+		{"malformed, naming no result", "application/json", "", `{"error": "oops"`, false},
+		{"HTML", "text/html", "", "<p>result</p>", false},
+		{"no content type", "", "", listing, false},
+		{"text/plain", "text/plain", "", listing, false},
+		{"gzip, not JSON", "text/html", "gzip", "\x1f\x8b", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CarriesResult(tt.contentType, tt.encoding, []byte(tt.body), 0); got != tt.want {
+				t.Errorf("CarriesResult(%q, %q, %q) = %v, want %v", tt.contentType, tt.encoding, tt.body, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMayName(t *testing.T) {
+	tests := []struct {
+		b, name string
+		want    bool
+	}{
+		{`{"tools":[]}`, "tools", true},
+		{`{"TOOLS":[]}`, "tools", true},
+		{"{\"tool\u017f\":[]}", "tools", true}, // ſ folds to s
+		{"{\"\u212aey\":1}", "key", true},      // the Kelvin sign folds to k
+		{`{"t\u006fols":[]}`, "tools", true},
+		{`{"tool":[]}`, "tools", false},
+		{`{"content":[{"type":"text","text":"tool s"}]}`, "tools", false},
+		{"{\"t\u00f6ols\":1}", "tools", false},
+		{"", "tools", false},
+		{"too", "tools", false},
+	}
+	for _, tt := range tests {
+		if got := MayName([]byte(tt.b), tt.name); got != tt.want {
+			t.Errorf("MayName(%q, %q) = %v, want %v", tt.b, tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzCarriesResult holds CarriesResult to what a lenient client reads: a
+// JSON body it says carries no result is one in which Go's encoding/json,
+// which matches member names up to case, finds none either.
+func FuzzCarriesResult(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`,
+		`[{"jsonrpc":"2.0","id":1,"Result":{}}]`,
+		`{"error": "oops"`,
+		"{\"re\u017fult\":1}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if CarriesResult("application/json", "", body, 0) {
+			return
+		}
+		var one struct{ Result json.RawMessage }
+		if json.Unmarshal(body, &one) == nil && one.Result != nil {
+			t.Fatalf("CarriesResult is false, but encoding/json reads result %s in %q", one.Result, body)
+		}
+		var batch []struct{ Result json.RawMessage }
+		if json.Unmarshal(body, &batch) == nil {
+			for _, m := range batch {
+				if m.Result != nil {
+					t.Fatalf("CarriesResult is false, but encoding/json reads result %s in the batch %q", m.Result, body)
+				}
+			}
+		}
+	})
+}
