@@ -211,6 +211,7 @@ func testRestartRecovery(t *testing.T, s *testbed.Stack, u restartUpstream, kind
 	direct.list(t)
 
 	restartBilling(t, s)
+	passed := faultMetric(t, s, "capsnap_deliveries_total", "result", "passed")
 
 	// The agent's next tools/list, in the session it still holds, and
 	// the same straight from the server. A subtest: whatever it finds,
@@ -253,6 +254,12 @@ func testRestartRecovery(t *testing.T, s *testbed.Stack, u restartUpstream, kind
 				got.status, got.contentType, got.body, got.reason, own.status, own.contentType, own.body)
 		}
 	})
+
+	// Two tools/list answers passed through capsnap as the server sent
+	// them: the agent's and the probe's.
+	if n := faultMetric(t, s, "capsnap_deliveries_total", "result", "passed") - passed; n != 2 {
+		t.Errorf("capsnap_deliveries_total{result=passed} rose by %v for the lost session's two answers, want 2", n)
+	}
 
 	// A new session, on a new initialize.
 	st = a.do(t, sdkReq{Op: "reconnect", URL: url, Headers: map[string]string{testbed.PrincipalHeader: u.principal}, API: kind.api})
