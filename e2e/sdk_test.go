@@ -923,8 +923,11 @@ func (p *sdkProc) do(t *testing.T, r sdkReq) sdkStep {
 // agents do, answering as the client programs would.
 type sdkGoClient struct {
 	version string
-	cs      *mcp.ClientSession
-	rec     *sdkRecorder
+	// noStandaloneSSE opens no GET stream: the session meets the server
+	// only on its own requests.
+	noStandaloneSSE bool
+	cs              *mcp.ClientSession
+	rec             *sdkRecorder
 
 	mu       sync.Mutex
 	step     string
@@ -1015,6 +1018,16 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 	st := sdkStep{Step: r.ID, Op: r.Op, StartedAt: sdkNow()}
 	var err error
 	switch r.Op {
+	case "reconnect":
+		// What an agent does when its session is gone (the SDK does not
+		// do it itself): close it, then connect anew.
+		if g.cs != nil {
+			if err := g.cs.Close(); err != nil {
+				st.OnerrorFired, st.Onerror = true, append(st.Onerror, "close: "+err.Error())
+			}
+			g.cs = nil
+		}
+		fallthrough
 	case "connect":
 		st.SDK, _ = json.Marshal(map[string]string{"name": "github.com/modelcontextprotocol/go-sdk", "version": sdkGoVersion()})
 		g.rec = &sdkRecorder{headers: r.Headers}
@@ -1027,7 +1040,7 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 				}
 			},
 		})
-		transport := &mcp.StreamableClientTransport{Endpoint: r.URL, HTTPClient: &http.Client{Transport: g.rec}}
+		transport := &mcp.StreamableClientTransport{Endpoint: r.URL, HTTPClient: &http.Client{Transport: g.rec}, DisableStandaloneSSE: g.noStandaloneSSE}
 		var cs *mcp.ClientSession
 		// The connection outlives ctx: Connect bounds only the handshake.
 		cs, err = c.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: g.version})

@@ -14,6 +14,11 @@ open. Steps:
         streamable_http_client, then session.initialize() (2025-11-25);
         api "client": mcp.Client over the same transport, in its default
         mode "auto" (server/discover at 2026-07-28, else initialize).
+    {"id": "...", "op": "reconnect", "url": "...", "headers": {...}, "api": "session"}
+        what an agent does when its session is gone (the SDK does not do
+        it itself): close the session, its transport and HTTP client (the
+        transport sends a DELETE for the old session; what that logs is
+        reported in "onerror"), then connect anew as connect does
     {"id": "...", "op": "list"}
     {"id": "...", "op": "call", "name": "...", "arguments": {...}, "progress": true}
     {"id": "...", "op": "stream", ...}   unsupported: no such API in this SDK
@@ -34,7 +39,8 @@ Any step may carry "timeout_ms" (default 20000). The answer to a step:
              lists the tools itself when it has not seen the tool's
              outputSchema, and this shows it,
      "started_at", "finished_at": ms since the epoch,
-     and for connect: "sdk", "runtime", "protocol_version", "session_id"}
+     and for connect and reconnect: "sdk", "runtime", "protocol_version",
+     "session_id"}
 
 A call with "progress": true passes progress_callback, and every
 notification it gets is printed as it arrives, before the step's answer:
@@ -157,10 +163,28 @@ class Runner:
         out["session_id"] = self.transport_session_id
         return out
 
+    async def disconnect(self) -> None:
+        """Closes the session and everything connect entered for it."""
+        stack, self.stack, self.session = self.stack, AsyncExitStack(), None
+        # No deadline of its own (as in connect): the scopes the stack
+        # entered must close in the order they were entered, so none can
+        # open around them here. The test bounds the step.
+        try:
+            await stack.aclose()
+        except BaseException as e:  # noqa: BLE001 - reported, not fatal
+            if isinstance(e, anyio.get_cancelled_exc_class()):
+                raise
+            self.onerror.append(f"close: {type(e).__name__}: {e}"[:500])
+        # After the close: its DELETE's answer goes through on_response too.
+        self.transport_session_id = None
+
     async def run(self, step: dict[str, Any]) -> dict[str, Any]:
         op = step.get("op")
         timeout_s = step.get("timeout_ms", 20000) / 1000
         if op == "connect":
+            return await self.connect(step)
+        if op == "reconnect":
+            await self.disconnect()
             return await self.connect(step)
         if op == "close":
             return {}

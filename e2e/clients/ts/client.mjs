@@ -9,6 +9,10 @@
 // while the session stays open. Steps:
 //
 //   {"id": "...", "op": "connect", "url": "...", "headers": {"x-capsnap-dev-principal": "..."}}
+//   {"id": "...", "op": "reconnect", "url": "...", "headers": {...}}
+//        what an agent does when its session is gone (the SDK does not do
+//        it itself): close the Client (which sends no DELETE), then connect
+//        a new Client and transport as connect does, with a new initialize
 //   {"id": "...", "op": "list"}
 //   {"id": "...", "op": "call", "name": "...", "arguments": {...}, "progress": true}
 //   {"id": "...", "op": "stream", "name": "...", "arguments": {...}}
@@ -26,7 +30,8 @@
 //    "http": [{"method", "http_method", "status", "content_type"}], every HTTP
 //            request the transport made during the step,
 //    "started_at", "finished_at": ms since the epoch,
-//    and for connect: "sdk", "runtime", "protocol_version", "session_id"}
+//    and for connect and reconnect: "sdk", "runtime", "protocol_version",
+//    "session_id"}
 //
 // A call with "progress": true passes onprogress, and every notification it
 // gets is printed as it arrives, before the step's answer:
@@ -103,6 +108,14 @@ async function connect(step) {
 async function run(step) {
   const timeout = step.timeout_ms ?? 20000;
   switch (step.op) {
+    case 'reconnect':
+      try {
+        await client?.close();
+      } catch (e) {
+        onerrors.push(`close: ${e?.message ?? e}`);
+      }
+      client = undefined;
+      // falls through: then a connect like any other
     case 'connect': {
       const out = { sdk: { name: '@modelcontextprotocol/sdk', version: sdkVersion }, runtime: `node ${process.version}` };
       try {
@@ -162,7 +175,7 @@ try {
     const started = Date.now();
     let out;
     try {
-      if (step.op !== 'connect' && step.op !== 'close' && !client) {
+      if (!['connect', 'reconnect', 'close'].includes(step.op) && !client) {
         throw new Error('not connected');
       }
       out = await run(step);
