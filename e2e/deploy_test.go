@@ -27,7 +27,8 @@ import (
 )
 
 // deployVersion is the MCP version the deployment tests speak: the
-// current one, whose Mcp-Method header the access log records.
+// current one. The access log names the MCP method and tool from capsnap's
+// metadata in every version (TestAccessLogNamesMCPRequests).
 const deployVersion = "2026-07-28"
 
 // creds are one test's credentials: the PKI that issues Envoy's server
@@ -574,6 +575,7 @@ func mark(t *testing.T, s *testbed.Stack, agent *agentTransport) int {
 type accessLine struct {
 	RequestID    string  `json:"request_id"`
 	MCPMethod    *string `json:"mcp_method"`
+	MCPName      *string `json:"mcp_name"`
 	ResponseCode int     `json:"response_code"`
 	Decision     *string `json:"decision"`
 	Reason       *string `json:"reason"`
@@ -633,8 +635,8 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 				continue
 			}
 			found = true
-			if r.ResponseCode != w.status || str(r.Decision) != w.decision || str(r.Reason) != w.reason || str(r.ServerID) != "billing" {
-				t.Errorf("access log row %+v: want %d %s %s on billing", r, w.status, w.decision, w.reason)
+			if r.ResponseCode != w.status || str(r.Decision) != w.decision || str(r.Reason) != w.reason || str(r.ServerID) != "billing" || str(r.MCPName) != "refund" {
+				t.Errorf("access log row %+v: want %d %s %s on billing, naming refund", r, w.status, w.decision, w.reason)
 			}
 			a := audit[r.RequestID]
 			if a.Decision != w.decision || a.Reason != w.reason || a.Epoch != w.epoch {

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,10 +12,11 @@ import (
 // request headers, copied by header_to_metadata; they are capsnap's only
 // if that filter runs on nothing ext_authz did not let through. Each
 // configuration is held to what makes that so, to refusing header names
-// a server could fold into x-capsnap-*, and to its response path running
-// in full duplex.
+// a server could fold into x-capsnap-*, to its response path running in
+// full duplex, and to its access log reading mcp_method and mcp_name from
+// capsnap's metadata (an allowed call's tool copied into mcp_name).
 func TestPinsReachTheLogOnlyFromCapsnap(t *testing.T) {
-	for name, cfg := range map[string][]byte{"demo.yaml": Demo, "mtls.yaml": MTLS, "jwt.yaml": JWT} {
+	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
 			var doc struct {
 				StaticResources struct {
@@ -49,7 +51,35 @@ func TestPinsReachTheLogOnlyFromCapsnap(t *testing.T) {
 	}
 }
 
+var configs = map[string][]byte{"demo.yaml": Demo, "mtls.yaml": MTLS, "jwt.yaml": JWT}
+
+// rawMCPHeader matches an Envoy format operator that reads the client's
+// Mcp-Method or Mcp-Name header.
+var rawMCPHeader = regexp.MustCompile(`(?i)%(REQ|REQUEST_HEADER)\([^)]*\bmcp-(method|name)\b`)
+
+// The access log names the MCP method and what it names as capsnap read
+// them from the body, for every protocol version: never from the
+// Mcp-Method and Mcp-Name headers, which clients before 2026-07-28 do not
+// send and which, on a request capsnap refused (for them, or before it
+// read the body), say whatever the client chose.
+func TestAccessLogNamesMCPFromCapsnap(t *testing.T) {
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			if m := rawMCPHeader.Find(cfg); m != nil {
+				t.Errorf("the config reads the client's MCP header: %s", m)
+			}
+		})
+	}
+}
+
 type manager struct {
+	AccessLog []struct {
+		TypedConfig struct {
+			LogFormat struct {
+				JSONFormat map[string]any `yaml:"json_format"`
+			} `yaml:"log_format"`
+		} `yaml:"typed_config"`
+	} `yaml:"access_log"`
 	Common struct {
 		Underscores string `yaml:"headers_with_underscores_action"`
 	} `yaml:"common_http_protocol_options"`
@@ -92,11 +122,30 @@ func checkManager(t *testing.T, m manager) {
 	if len(rules) == 0 {
 		t.Error("header_to_metadata has no request_rules")
 	}
+	toolNamed := false
 	for _, r := range rules {
 		r, _ := r.(map[string]any)
 		present, _ := r["on_header_present"].(map[string]any)
-		if h, _ := r["header"].(string); !strings.HasPrefix(h, "x-capsnap-") || present["metadata_namespace"] != extAuthz || r["on_header_missing"] != nil {
+		h, _ := r["header"].(string)
+		if !strings.HasPrefix(h, "x-capsnap-") || present["metadata_namespace"] != extAuthz || r["on_header_missing"] != nil {
 			t.Errorf("header_to_metadata rule %v: want an x-capsnap-* header copied, when present, into %s", r, extAuthz)
+		}
+		// capsnap's metadata of an allowed call says its method, and
+		// leaves the tool to the header it pins it in.
+		toolNamed = toolNamed || h == "x-capsnap-tool" && present["key"] == "mcp_name" && present["value"] == nil
+	}
+	if !toolNamed {
+		t.Error("header_to_metadata does not copy x-capsnap-tool into mcp_name: an allowed call's row would name no tool")
+	}
+	if len(m.AccessLog) == 0 {
+		t.Error("no access_log")
+	}
+	for _, l := range m.AccessLog {
+		for _, k := range []string{"mcp_method", "mcp_name"} {
+			want := "%DYNAMIC_METADATA(" + extAuthz + ":" + k + ")%"
+			if got := l.TypedConfig.LogFormat.JSONFormat[k]; got != want {
+				t.Errorf("access log %s is %v, want %s", k, got, want)
+			}
 		}
 	}
 	// The response path streams a listing to capsnap in full duplex

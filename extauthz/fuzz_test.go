@@ -83,6 +83,12 @@ func FuzzCheck(f *testing.F) {
 		if got := md["decision"].GetStringValue(); got != want {
 			t.Fatalf("the answer is %s, its metadata says %q: %v", want, got, md)
 		}
+		// What the request names reaches the access log bounded.
+		for _, k := range []string{"mcp_method", "mcp_name", "tool"} {
+			if v := md[k].GetStringValue(); len(v) > maxLogValue+len("…") {
+				t.Fatalf("metadata %s is %d bytes, over the bound of %d", k, len(v), maxLogValue)
+			}
+		}
 		ok := resp.GetOkResponse()
 		if ok == nil {
 			if resp.GetDeniedResponse() == nil {
@@ -97,13 +103,14 @@ func FuzzCheck(f *testing.F) {
 			}
 		}
 		// The pins go once, in the upstream headers, which Envoy's
-		// header_to_metadata copies into the metadata after ext_authz:
-		// an allowed call's metadata is its decision alone.
+		// header_to_metadata copies into the metadata after ext_authz
+		// (the tool as mcp_name too): an allowed call's metadata is its
+		// decision and its method alone.
 		if tool, ok := md["tool"]; ok {
 			t.Fatalf("metadata repeats tool %q, which the upstream headers pin as %q", tool.GetStringValue(), pinned)
 		}
-		if pinned != "" && (len(md) != 2 || md["reason"].GetStringValue() != "ok") {
-			t.Fatalf("an allowed call's metadata is %v, want decision and reason alone", md)
+		if pinned != "" && (len(md) != 3 || md["reason"].GetStringValue() != "ok" || md["mcp_method"].GetStringValue() != "tools/call") {
+			t.Fatalf("an allowed call's metadata is %v, want decision, reason and mcp_method tools/call alone", md)
 		}
 		var audit struct {
 			Decision string `json:"decision"`

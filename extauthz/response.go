@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -63,17 +65,27 @@ func (d *decision) response(pins *pinHeaders, form config.Denials) *authv3.Check
 }
 
 // metadata is the decision as Envoy dynamic metadata, under the ext_authz
-// filter's namespace, so that an access log row carries the decision and
-// the snapshot it was made under: CheckResponse's dynamic_metadata field,
-// a Struct of string Values, in protobuf's wire format.
+// filter's namespace, so that an access log row carries the decision, the
+// MCP request it was made on and the snapshot it was made under:
+// CheckResponse's dynamic_metadata field, a Struct of string Values, in
+// protobuf's wire format.
+//
+// mcp_method and mcp_name are the request's method and what MCP
+// 2026-07-28's Mcp-Name header mirrors (the tool, prompt or resource),
+// both read from the body, in every protocol version: a client's Mcp-Method
+// and Mcp-Name headers are only what it claims (and on a request capsnap
+// refuses for them, they disagree with the body). A batch is named by its
+// tools/call or tools/list, else by its first message; a GET or DELETE by
+// its HTTP method.
 //
 // An allowed tools/call says its pins once, in the headers to the
-// upstream; its metadata is only the decision, the same bytes every time.
-// Envoy's header_to_metadata filter, after ext_authz in envoy/*.yaml,
-// copies those headers into this namespace, so an access log row reads the
-// same keys either way. It runs only on a request ext_authz let through,
-// whose x-capsnap-* headers capsnap has just set or removed: a client's
-// forged pin never reaches a log. Saying them twice cost the allowed
+// upstream; its metadata is only the decision and the method, the same
+// bytes every time. Envoy's header_to_metadata filter, after ext_authz in
+// envoy/*.yaml, copies those headers into this namespace, x-capsnap-tool
+// into mcp_name as well, so an access log row reads the same keys either
+// way. That filter runs only on a request ext_authz let through, whose
+// x-capsnap-* headers capsnap has just set or removed: a client's forged
+// pin never reaches a log. Saying them twice cost the allowed
 // answer 265 of its ~700 bytes, which Envoy decodes on every call
 // (BENCHMARKS.md).
 func (d *decision) metadata() protoreflect.RawFields {
@@ -90,7 +102,8 @@ func (d *decision) metadata() protoreflect.RawFields {
 	}
 	return metadataField(
 		entry{"decision", verdict}, entry{"reason", reason},
-		entry{"server_id", d.serverID}, entry{"tool", d.tool},
+		entry{"mcp_method", logValue(d.method)}, entry{"mcp_name", logValue(d.name)},
+		entry{"server_id", d.serverID}, entry{"tool", logValue(d.tool)},
 		entry{"schema_digest", d.digest}, entry{"policy_digest", d.policyDigest},
 		// listing, on an allowed tools/list on the response path, is what
 		// makes Envoy send its response, and only its response, to
@@ -102,7 +115,34 @@ func (d *decision) metadata() protoreflect.RawFields {
 // allowedCallMetadata is shared by every allowed tools/call's answer:
 // marshalling only reads it, and its capacity is its length, so that an
 // append could only copy it.
-var allowedCallMetadata = slices.Clip(metadataField(entry{"decision", "allow"}, entry{"reason", "ok"}))
+var allowedCallMetadata = slices.Clip(metadataField(entry{"decision", "allow"}, entry{"reason", "ok"}, entry{"mcp_method", "tools/call"}))
+
+// maxLogValue bounds a metadata value the request chose. Envoy writes it
+// into an access log row, and the body bounds a method, tool, prompt or
+// uri only at limits.max_body_bytes.
+const maxLogValue = 256
+
+// logValue is s as an access log row gets it: cut to maxLogValue bytes on
+// a rune boundary and marked with a trailing "…", and with every control
+// character replaced by U+FFFD, so that a row in a text format cannot be
+// split (methods and tool names have none: mcpparse refuses them; prompt
+// names and uris are the server's business). It allocates only for a
+// value it changes.
+func logValue(s string) string {
+	if len(s) > maxLogValue {
+		n := maxLogValue
+		for !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, s)
+}
 
 // entry is one key of the metadata, and its string value.
 type entry struct{ k, v string }

@@ -247,7 +247,11 @@ type decision struct {
 	version   mcpparse.Version
 	method    string
 	id        json.RawMessage
-	tool      string
+	// name is what 2026-07-28's Mcp-Name header mirrors (the tool, prompt
+	// or resource the request names), read from the body in every
+	// version, for the access log.
+	name string
+	tool string
 	// call is the tools/call message, whose arguments Parse checked.
 	call         *mcpparse.Message
 	effect       policy.EffectClass
@@ -307,12 +311,14 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		r, err := s.parse(httpReq)
 		if err != nil {
 			if r != nil && len(r.Messages) == 1 {
-				d.method, d.id = r.Messages[0].Method, r.Messages[0].ID
+				d.method, d.id, d.name = r.Messages[0].Method, r.Messages[0].ID, r.Messages[0].Name()
 			}
 			return err
 		}
 		d.version, d.session, msgs = r.Version, r.Session, r.Messages
-		d.method, d.id = msgs[0].Method, msgs[0].ID
+		// A batch is named by its first message, unless it carries the one
+		// tools/call or tools/list capsnap decides on (below).
+		d.method, d.id, d.name = msgs[0].Method, msgs[0].ID, msgs[0].Name()
 		d.batch = len(msgs) > 1
 	default:
 		return deny.Errorf(deny.MalformedRequest, "HTTP method %q is not part of MCP's streamable HTTP transport", httpReq.GetMethod())
@@ -345,7 +351,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 	case m == nil:
 		return nil
 	case m.Method == "tools/list":
-		d.method, d.id = m.Method, m.ID
+		d.method, d.id, d.name = m.Method, m.ID, ""
 		if !s.delivered {
 			return s.mint(d)
 		}
@@ -359,7 +365,7 @@ func (s *Server) evaluate(req *authv3.CheckRequest, d *decision) *deny.Error {
 		}
 		return s.list(d, m)
 	default:
-		d.method, d.id, d.tool, d.call = m.Method, m.ID, m.Tool, m
+		d.method, d.id, d.name, d.tool, d.call = m.Method, m.ID, m.Tool, m.Tool, m
 		// Kept whole, so that a denial decided again starts from it.
 		called := *d
 		if fail := s.verifyCall(d); fail != nil {

@@ -148,13 +148,8 @@ func checkMirrorHeaders(r *Request, h map[string]string) error {
 		return deny.Errorf(deny.HeaderMismatch, "protocol version %s requires the mcp-method header", r.Version)
 	}
 
-	var member string
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		member = "name"
-	case "resources/read":
-		member = "uri"
-	default:
+	member := nameMember(m.Method)
+	if member == "" {
 		if !hasName {
 			return nil
 		}
@@ -186,6 +181,36 @@ func checkMirrorHeaders(r *Request, h map[string]string) error {
 		return deny.Errorf(deny.HeaderMismatch, "mcp-name %s disagrees with the body's params.%s %s", excerpt(got), member, excerpt(want))
 	}
 	return nil
+}
+
+// nameMember is the params member that 2026-07-28's Mcp-Name header
+// mirrors for method: name for tools/call and prompts/get, uri for
+// resources/read, and none for any other method.
+func nameMember(method string) string {
+	switch method {
+	case "tools/call", "prompts/get":
+		return "name"
+	case "resources/read":
+		return "uri"
+	}
+	return ""
+}
+
+// Name is what 2026-07-28's Mcp-Name header mirrors for m, read from the
+// body in every protocol version: the tool of a tools/call, the prompt of
+// a prompts/get, the uri of a resources/read; "" for any other method, or
+// when the member is absent. Like every string Parse read, it is valid
+// UTF-8, bounded only by the body.
+func (m *Message) Name() string {
+	member := nameMember(m.Method)
+	switch {
+	case member == "":
+		return ""
+	case m.Method == "tools/call":
+		return m.Tool
+	}
+	v, _ := paramString(m.Params, member)
+	return v
 }
 
 // paramString returns the string member key of a checked params object.

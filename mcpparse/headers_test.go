@@ -132,3 +132,38 @@ func TestDecodeHeaderValue(t *testing.T) {
 		}
 	}
 }
+
+// Name is read from the body, whatever the headers say, in every
+// version; it is what Mcp-Name would mirror, and nothing for a method
+// whose Mcp-Name the spec does not define.
+func TestMessageName(t *testing.T) {
+	tests := []struct {
+		name, body string
+		headers    map[string]string
+		want       string
+	}{
+		{"tools/call 2026", call2026(`"refund"`), h2026(), "refund"},
+		{"tools/call with an escaped name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t\u00f6\u00f6l"}}`, withJSON(), "tööl"},
+		{"tools/call 2025-11-25", refund(refundArgs), withJSON("mcp-protocol-version", "2025-11-25"), "refund"},
+		{"prompts/get", `{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"greet","arguments":{"name":"x"}}}`, withJSON("mcp-protocol-version", "2025-06-18"), "greet"},
+		{"prompts/get without a name", `{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{}}`, withJSON(), ""},
+		{"resources/read", `{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a b","name":"not this"}}`, withJSON(), "file:///a b"},
+		{"resources/read without params", `{"jsonrpc":"2.0","id":2,"method":"resources/read"}`, withJSON(), ""},
+		// The spec defines no Mcp-Name for these: a name in params is not it.
+		{"tools/list", `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"name":"x"}}`, withJSON(), ""},
+		{"resources/subscribe", `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"file:///a"}}`, withJSON(), ""},
+		{"initialize", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`, withJSON(), ""},
+		{"response", `{"jsonrpc":"2.0","id":1,"result":{}}`, withJSON(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse([]byte(tt.body), tt.headers, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Messages[0].Name(); got != tt.want {
+				t.Errorf("Name() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

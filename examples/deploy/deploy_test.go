@@ -250,6 +250,34 @@ func TestYAMLFilesParse(t *testing.T) {
 	}
 }
 
+// No example logs the client's Mcp-Method or Mcp-Name header: clients
+// before MCP 2026-07-28 send neither, and on a request capsnap refused
+// they say whatever the client chose. An access log names the MCP request
+// from capsnap's dynamic metadata (mcp_method, mcp_name), as envoy/*.yaml
+// do (envoy/envoy_test.go).
+func TestNoExampleLogsMCPHeaders(t *testing.T) {
+	raw := regexp.MustCompile(`(?i)%(REQ|REQUEST_HEADER)\([^)]*\bmcp-(method|name)\b`)
+	err := filepath.WalkDir(repoPath("examples"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch filepath.Ext(p) {
+		case ".yaml", ".yml", ".md":
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if m := raw.Find(data); m != nil {
+				t.Errorf("%s reads the client's MCP header: %s; log %%DYNAMIC_METADATA(envoy.filters.http.ext_authz:mcp_method)%% and :mcp_name instead", p, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	var k struct {
 		APIVersion string   `yaml:"apiVersion"`
