@@ -55,7 +55,7 @@ func TestListingOnAnotherStreamIsWithheld(t *testing.T) {
 				`event: message` + "\n" + `data: {"jsonrpc":"2.0","id":5,"result":{}}` + "\n\n",
 			}, withheld: []string{"99"}},
 		{name: "another request's JSON batch", how: "json", method: http.MethodPost, body: ping,
-			want: []string{`[{"jsonrpc":"2.0","id":5,"result":{}},{"jsonrpc":"2.0","id":99,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`},
+			want:     []string{`[{"jsonrpc":"2.0","id":5,"result":{}},{"jsonrpc":"2.0","id":99,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`},
 			withheld: []string{"99"}},
 	}
 	for _, tt := range tests {
