@@ -222,6 +222,16 @@ func TestReplicas(t *testing.T) {
 			}
 		}()
 		waitReason(t, c, "lookup_order", "store_unavailable")
+		// Until each replica's probe has seen Redis stall: a replica's first
+		// Check after it waits out the store's timeout on each operation it
+		// makes, which can outlast Envoy's ext_authz timeout (503), and which
+		// replica takes which Check depends on the answers' ext_proc streams
+		// as well.
+		for deadline := time.Now().Add(opTimeout); faultHTTPStatus(s.ReplicaAdminURL(0)+"/readyz") != 503 || faultHTTPStatus(s.ReplicaAdminURL(1)+"/readyz") != 503; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the replicas' /readyz did not turn 503 within %v of Redis stalling", opTimeout)
+			}
+		}
 		before := starts(t, s, "billing", "lookup_order")
 		for range 2 { // consecutive Checks: one on each replica
 			if r := c.call(t, "lookup_order", lookup); r != "store_unavailable" {
