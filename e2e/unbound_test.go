@@ -98,20 +98,24 @@ func TestResponsePathMissing(t *testing.T) {
 		name  string
 		envoy func(*testing.T, testbed.Ports) []byte
 		check string
+		// status is what the agent's tools/list gets: the server's list,
+		// unfiltered, or Envoy's 503 when the filter cannot reach capsnap.
+		status int
 	}{
-		{"no ext_proc filter", withoutExtProc, "no ext_proc filter sends it responses"},
-		{"skipped on the route", skipOnBilling, `(server_id billing) disables the ext_proc filter "capsnap.ext_proc"`},
+		{"no ext_proc filter", withoutExtProc, "no ext_proc filter sends it responses", http.StatusOK},
+		{"skipped on the route", skipOnBilling, `(server_id billing) disables the ext_proc filter "capsnap.ext_proc"`, http.StatusOK},
+		{"ext_proc unreachable", deliveryExtProcUnreachable, "no ext_proc filter sends it responses", http.StatusServiceUnavailable},
 	} {
-		t.Run(tt.name, func(t *testing.T) { responsePathMissing(t, tt.envoy, tt.check) })
+		t.Run(tt.name, func(t *testing.T) { responsePathMissing(t, tt.envoy, tt.check, tt.status) })
 	}
 }
 
-func responsePathMissing(t *testing.T, envoy func(*testing.T, testbed.Ports) []byte, check string) {
+func responsePathMissing(t *testing.T, envoy func(*testing.T, testbed.Ports) []byte, check string, status int) {
 	s := deliveryStack(t, "", func(o *testbed.StackOptions) { o.EnvoyYAML = envoy(t, o.Ports) })
 
 	resp, body := deliveryRawList(t, s, 1, nil)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(testbed.EpochHeader) != "" || !strings.Contains(string(body), "wipe_ledger") {
-		t.Fatalf("without ext_proc: %d, epoch %q, want the server's own list, unfiltered\n%s", resp.StatusCode, resp.Header.Get(testbed.EpochHeader), body)
+	if resp.StatusCode != status || resp.Header.Get(testbed.EpochHeader) != "" || (status == http.StatusOK) != strings.Contains(string(body), "wipe_ledger") {
+		t.Fatalf("tools/list: %d, epoch %q, want %d and the server's own list only with 200\n%s", resp.StatusCode, resp.Header.Get(testbed.EpochHeader), status, body)
 	}
 	resp, body = postWith(t, s, deliveryAgent,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"A-100"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`,

@@ -86,7 +86,8 @@ type unbound struct {
 	watched map[ticketID]*responsePath
 	queue   []due
 	// remote are the tickets redeemed here that this replica is not
-	// watching: another issued them, for the shared store.
+	// watching, for the shared store: another replica issued them (or
+	// this one, and its sweep has decided them already).
 	remote []string
 }
 
