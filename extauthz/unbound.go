@@ -70,7 +70,8 @@ func ticketIDOf(ticket string) (ticketID, bool) {
 	return id, true
 }
 
-// unbound watches the tickets one server issued until they come back.
+// unbound watches the listing tickets this replica issued until they
+// come back.
 type unbound struct {
 	// shared is the store the replicas share, if it records redemptions.
 	shared cache.Redemptions
@@ -96,14 +97,14 @@ type due struct {
 	issued time.Time
 }
 
-// responsePath is what is known of one server's response path. Its fields
-// but id and counter are guarded by unbound.mu.
+// responsePath is what is known of one server's response path. All its
+// fields but id and counter are guarded by unbound.mu.
 type responsePath struct {
 	id      string
 	counter prometheus.Counter
 	// unbound counts the listings that never came back; last is when the
-	// last of them was issued, and redeemed when a listing last came back
-	// through this replica.
+	// last of them was issued, and redeemed when a listing of this
+	// replica's (or, through this replica, of another's) last came back.
 	unbound  uint64
 	last     time.Time
 	redeemed time.Time
@@ -243,7 +244,10 @@ func (u *unbound) sweep(now time.Time, log zerolog.Logger) {
 			keys[i] = string(id[:])
 		}
 		var err error
-		if redeemed, err = u.shared.Redeemed(keys); err != nil {
+		if redeemed, err = u.shared.Redeemed(keys); err == nil && len(redeemed) != len(ids) {
+			err = fmt.Errorf("%d answers for %d tickets", len(redeemed), len(ids))
+		}
+		if err != nil {
 			// Not known either way: not counted. A store that cannot answer
 			// denies every listing and has its own alert.
 			log.Debug().Err(err).Int("tickets", len(ids)).Msg("could not ask the shared store whether listing tickets came back through another replica; not counted")
@@ -298,9 +302,9 @@ func (s *Server) Unbound() []string {
 		if p.unbound == 0 || now.Sub(p.last) >= unboundReported {
 			continue
 		}
-		since := "none has come back through this replica since it started"
+		since := "none has come back since this replica started"
 		if !p.redeemed.IsZero() {
-			since = "the last that came back through this replica at " + p.redeemed.UTC().Format(time.RFC3339)
+			since = "one last came back at " + p.redeemed.UTC().Format(time.RFC3339)
 		}
 		out = append(out, fmt.Sprintf("server %s: %d tools/list responses capsnap allowed never came back through the response path, the last issued at %s (%s): "+
 			"Envoy's ext_proc filter for capsnap is missing, skipped on this server's route, or cannot reach capsnap; every tools/call after such a listing is denied no_snapshot",

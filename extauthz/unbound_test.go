@@ -90,6 +90,13 @@ func TestUnboundListingIsCountedLoggedAndReported(t *testing.T) {
 		t.Fatalf("/readyz detail %q, want billing's 2 listings, none come back", u)
 	}
 
+	// A listing that does come back (the route that skips the filter is
+	// one of two): still reported, with when one last came back.
+	f.Deliver(f.ticket(t, support, listRequest(`"c"`, "")), okJSON, listResponse(`"c"`, "", f.liveDef(t, "lookup_order")))
+	if u := f.Unbound(); len(u) != 1 || !strings.Contains(u[0], "one last came back at "+f.clock.now().UTC().Format(time.RFC3339)) {
+		t.Fatalf("/readyz detail %q, want when one last came back", u)
+	}
+
 	// A swept ticket is decided once.
 	f.clock.advance(unboundAfter)
 	f.unbound.sweep(f.clock.now(), logger)
