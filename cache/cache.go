@@ -144,6 +144,21 @@ type Store interface {
 	Follows(s *Snapshot, tool string, after []string, record bool) (bool, error)
 }
 
+// Redemptions is what a Store that several replicas share keeps besides
+// snapshots: which tools/list listing tickets came back through the
+// response path on any of them. Envoy may send a listing's Check to one
+// replica and its response to another; the replica that issued the ticket
+// asks here before it concludes that the response never came back
+// (extauthz/unbound.go). A store of one replica need not implement it.
+type Redemptions interface {
+	// Redeem records each ticket (a short id the caller derives from it)
+	// as redeemed, for keep.
+	Redeem(tickets []string, keep time.Duration) error
+	// Redeemed reports, for each ticket in order, whether a replica
+	// recorded it redeemed and the record is still kept.
+	Redeemed(tickets []string) ([]bool, error)
+}
+
 // ErrUnavailable is wrapped by a store that cannot answer now.
 var ErrUnavailable = errors.New("snapshot store unavailable")
 

@@ -86,6 +86,7 @@ func (s *Server) list(d *decision, m *mcpparse.Message) *deny.Error {
 		Principal: d.principal, ServerID: d.serverID, Session: d.session, Version: d.version,
 		ID: m.ID, Cursor: cursor, RequestID: d.requestID, Expires: d.now.Add(s.ttl).Unix(),
 	})
+	s.unbound.issued(d.serverID, d.listing, d.now)
 	return nil
 }
 
@@ -169,6 +170,8 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		return deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
 	}
 	d.principal, d.serverID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
+	// Back through the response path, whatever it answers.
+	s.unbound.redeemed(l.ServerID, ticket, d.now)
 	switch {
 	case head.Status < 100 || head.Status > 599:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response has no valid HTTP status (%d): Envoy's ext_proc response_header_mode must be SEND", head.Status)

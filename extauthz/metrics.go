@@ -31,8 +31,9 @@ type Metrics struct {
 	invalid  *prometheus.CounterVec
 	// hits and misses are snapshot_lookups_total's two series.
 	hits, misses prometheus.Counter
-	// deliveries and withheld count the response path.
-	deliveries, withheld *prometheus.CounterVec
+	// deliveries and withheld count the response path; unbound the
+	// listings whose response never came back through it.
+	deliveries, withheld, unbound *prometheus.CounterVec
 }
 
 type decisionLabels struct{ decision, reason, serverID, effect string }
@@ -99,7 +100,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:      "tools_withheld_total",
 		Help:      "Tools a server sent in a tools/list response that the agent was not delivered, by server_id and reason.",
 	}, []string{"server_id", "reason"})
-	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld)
+	m.unbound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "delivery_unbound_total",
+		Help:      "tools/list requests this replica allowed on the response path whose response never came back through it (Envoy's ext_proc filter) to any replica within 5s, by server_id.",
+	}, []string{"server_id"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld, m.unbound)
 	return m
 }
 

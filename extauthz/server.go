@@ -115,6 +115,9 @@ type Server struct {
 	metrics   *Metrics
 	now       func() time.Time
 	newEpoch  func() string
+	// unbound watches that the listings allowed come back through the
+	// response path (unbound.go).
+	unbound *unbound
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
@@ -168,6 +171,8 @@ func New(o Options) (*Server, error) {
 	for _, id := range o.Servers {
 		s.servers[id] = true
 	}
+	shared, _ := o.Snapshots.(cache.Redemptions)
+	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
 	if s.now == nil {
 		s.now = time.Now
 	}

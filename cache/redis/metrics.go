@@ -30,10 +30,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times this replica re-read the shared invalidations because Redis said they moved, or a connection dropped.",
 		}),
 	}
-	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate"} {
+	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem"} {
 		m.failures.WithLabelValues(op)
 	}
-	for _, k := range []string{kindSeq, kindInvalidation, kindSnapshot, kindLatest} {
+	for _, k := range []string{kindSeq, kindInvalidation, kindSnapshot, kindLatest, kindRedemption} {
 		m.rejected.WithLabelValues(k)
 	}
 	if reg != nil {

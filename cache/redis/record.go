@@ -26,6 +26,7 @@ const (
 	kindSnapshot     = "snapshot"
 	kindLatest       = "latest"
 	kindCall         = "call"
+	kindRedemption   = "redemption"
 )
 
 // macLen is the length a MAC is cut to: 128 bits, which no attacker who

@@ -125,7 +125,10 @@ type Store struct {
 	metrics *metrics
 }
 
-var _ cache.Store = (*Store)(nil)
+var (
+	_ cache.Store       = (*Store)(nil)
+	_ cache.Redemptions = (*Store)(nil)
+)
 
 // view is what a replica knows of the shared invalidations.
 type view struct {
@@ -139,7 +142,7 @@ type pendingInvalidation struct {
 	tools  []string
 }
 
-type keys struct{ seq, inv, snap, latest, any, calls string }
+type keys struct{ seq, inv, snap, latest, any, calls, redeemed string }
 
 // Open returns a Store and starts probing Redis. It returns without
 // waiting for Redis: until Redis answers, the store is unavailable.
@@ -164,7 +167,7 @@ func Open(o Options) (*Store, error) {
 	p := o.KeyPrefix
 	s := &Store{
 		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
-		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:"},
+		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:"},
 		metrics: newMetrics(o.Registerer),
 	}
 	s.dirty.Store(1)

@@ -2,7 +2,7 @@
 // run as an Envoy ext_authz gRPC server.
 //
 //	capsnap serve --config FILE     run the server
-//	capsnap check --config FILE     validate the config and policy, then exit
+//	capsnap check --config FILE [--envoy FILE]   validate the config and policy, then exit
 //	capsnap digest FILE             print each tool's schema digest
 //	capsnap policy lint|explain|reload   work with the policy
 //	capsnap audit verify --jwks FILE AUDIT_FILE...   verify an audit trail
@@ -37,7 +37,10 @@ func main() {
 
 const usage = `usage:
   capsnap serve --config FILE   run the ext_authz server
-  capsnap check --config FILE   validate config and policy, then exit
+  capsnap check --config FILE [--envoy FILE]
+                                validate config and policy, then exit; with --envoy, warn
+                                where that Envoy bootstrap would not send tools/list
+                                responses back to capsnap (the response path)
   capsnap digest FILE           print "<name> sha256:<hex>" for each tool in a tools/list result
   capsnap lock --config FILE [--out PATH] [--check] [--timeout 30s]   write (or --check) the approvals lockfile
   capsnap policy lint FILE      check a policy file

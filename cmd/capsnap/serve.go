@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +31,7 @@ import (
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
 	"github.com/capsnap/capsnap/mcpparse"
@@ -43,11 +45,17 @@ var healthServices = []string{"", authv3.Authorization_ServiceDesc.ServiceName, 
 const shutdownGrace = 10 * time.Second
 
 func checkCmd(args []string, stdout, stderr io.Writer) error {
-	path, err := configFlag("check", args, stderr)
-	if err != nil {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (YAML)")
+	envoyPath := fs.String("envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(path)
+	if *path == "" || fs.NArg() != 0 {
+		return usageError{"check: exactly --config FILE is required, and --envoy FILE is optional"}
+	}
+	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
 	}
@@ -72,8 +80,38 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := newHop(cfg, zerolog.Nop()); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s)\n", path, len(cfg.Servers), rules.Policy.Digest())
+	envoyNote, err := checkEnvoy(cfg, *envoyPath, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s)\n", *path, len(cfg.Servers), rules.Policy.Digest(), envoyNote)
 	return nil
+}
+
+// checkEnvoy checks that the Envoy bootstrap at path, if any, sends the
+// response of every tools/list capsnap allows back to capsnap, when the
+// configuration binds snapshots to what is delivered. Each way it does
+// not is a warning, on stderr: Envoy's configuration may well be built
+// elsewhere (xDS, Istio) and only its shape is known here.
+func checkEnvoy(cfg config.Config, path string, stderr io.Writer) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	if cfg.Discovery.Bind != config.BindDelivered {
+		return fmt.Sprintf(", %s not checked: discovery.bind %s has no response path", path, cfg.Discovery.Bind), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--envoy: %w", err)
+	}
+	warn, err := envoy.CheckResponsePath(data)
+	if err != nil {
+		return "", fmt.Errorf("--envoy %s: %w", path, err)
+	}
+	for _, w := range warn {
+		fmt.Fprintf(stderr, "warning: %s: %s; capsnap never sees those tools/list responses, so agents get the server's list unfiltered and every tools/call is denied no_snapshot\n", path, w)
+	}
+	return fmt.Sprintf(", %s: %d response path warnings", path, len(warn)), nil
 }
 
 // streamWorkers is how many long-lived goroutines run the RPCs, each in
@@ -212,6 +250,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) error {
 	})
 	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
 	g.Go(func() error { srv.WatchPolicy(ctx, cfg.PolicyFile, cfg.PolicyPoll, log); return nil })
+	g.Go(func() error { srv.WatchResponsePath(ctx, log); return nil })
 	g.Go(func() error {
 		<-ctx.Done()
 		hs.Shutdown()
@@ -305,11 +344,28 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Serv
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		// Listings whose response never came back through the response
+		// path are detail, not unreadiness. The cause is Envoy's
+		// configuration, the same for every replica: failing readiness
+		// would take every replica out of rotation, and Envoy, failing
+		// closed, would then refuse every MCP request to every server,
+		// not only the calls to the misrouted one. A replica out of
+		// rotation sees no listing, so it could never see the fix either;
+		// and no restart, which is what readiness drives, fixes it. The
+		// operator hears of it from the warning in the log, this detail
+		// and the CapsnapResponsePathMissing alert.
+		unbound := srv.Unbound()
 		if err := srv.Ready(); err != nil {
-			http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
-			return
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+		} else {
+			fmt.Fprintln(w, "ready")
 		}
-		fmt.Fprintln(w, "ready")
+		for _, u := range unbound {
+			fmt.Fprintln(w, "warning:", u)
+		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /catalog", func(w http.ResponseWriter, _ *http.Request) {

@@ -60,6 +60,7 @@ var knownMetrics = map[string]string{
 	"capsnap_snapshot_lookups_total":       "counter",
 	"capsnap_deliveries_total":             "counter",
 	"capsnap_tools_withheld_total":         "counter",
+	"capsnap_delivery_unbound_total":       "counter",
 	"capsnap_store_up":                     "gauge",
 	"capsnap_store_failures_total":         "counter",
 	"capsnap_store_records_rejected_total": "counter",
@@ -1857,6 +1858,9 @@ func TestPrometheusRules(t *testing.T) {
 		"refreshes failing":    `capsnap_catalog_refreshes_total\{[^}]*result="error"`,
 		"policy reload failed": `increase\(capsnap_policy_reloads_total\{[^}]*result=~"invalid\|refused_loosening"\}\[10m\]\)\) > 0`,
 		"Check latency p99":    `histogram_quantile\(0\.99, [^\n]*rate\(capsnap_check_duration_seconds_bucket`,
+		// Summed over the replicas: one issues a ticket, another may
+		// redeem it.
+		"response path missing": `sum by \(server_id\) \(increase\(capsnap_delivery_unbound_total\{job="capsnap"\}\[10m\]\)\) >= 3`,
 	} {
 		re := regexp.MustCompile(re)
 		found := false
