@@ -154,14 +154,16 @@ func replicaCluster(cfg []byte, p Ports) []byte {
 		panic("testbed: the Envoy configuration has no single-endpoint capsnap cluster to replace")
 	}
 	cfg = bytes.Replace(cfg, from, []byte(two), 1)
-	return extProcCluster(cfg)
+	return extProcCluster(cfg, p)
 }
 
 // extProcCluster gives the response path (capsnap.ext_proc) a cluster of
 // its own, the same replicas as capsnap's: every answer goes to ext_proc, so
 // on one round-robin cluster every Check would go to one replica and every
 // ext_proc stream to the other, and no test would see Checks alternate.
-func extProcCluster(cfg []byte) []byte {
+// Its replicas are listed the other way round, so that a listing's Check
+// and its response reach different replicas.
+func extProcCluster(cfg []byte, p Ports) []byte {
 	s := string(cfg)
 	start := strings.Index(s, "  - name: capsnap\n")
 	end := strings.Index(s[start+1:], "\n  - name: ")
@@ -174,6 +176,10 @@ func extProcCluster(cfg []byte) []byte {
 	cluster := s[start : start+1+end+1]
 	at += filter
 	s = s[:at] + "envoy_grpc: {cluster_name: capsnap_ext_proc}" + s[at+len(ref):]
-	own := strings.Replace(strings.Replace(cluster, "name: capsnap\n", "name: capsnap_ext_proc\n", 1), "cluster_name: capsnap\n", "cluster_name: capsnap_ext_proc\n", 1)
+	own := strings.NewReplacer(
+		"name: capsnap\n", "name: capsnap_ext_proc\n",
+		fmt.Sprintf("port_value: %d}", p.GRPC), fmt.Sprintf("port_value: %d}", p.GRPC2),
+		fmt.Sprintf("port_value: %d}", p.GRPC2), fmt.Sprintf("port_value: %d}", p.GRPC),
+	).Replace(cluster)
 	return []byte(strings.Replace(s, cluster, cluster+own, 1))
 }
