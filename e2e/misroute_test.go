@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,52 @@ func misrouteAudited(t *testing.T, s *testbed.Stack, id string) {
 			t.Fatalf("no listing_unbound audit line for id %s", id)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The same with the official SDK clients: a server answers the agent's
+// first tools/list on the session's GET event stream instead of its POST
+// (the fixture's get-stream mode). Straight from the server, every client
+// takes that list (wipe_ledger, granted to no one, included); through
+// Envoy and capsnap, the client's tools/list fails with capsnap's
+// listing_unbound, and the agent's next list is delivered, pinned and
+// callable.
+func TestSDKListingOnTheGETStream(t *testing.T) {
+	s := deliveryStack(t, "", nil)
+	for _, kind := range sdkKinds(t) {
+		if kind.name == "go" || kind.name == "python-client" {
+			// They negotiate 2026-07-28 here: no sessions and no GET
+			// stream, whose list_changed comes on subscriptions/listen.
+			continue
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			connect := func(url, principal string) *sdkAgent {
+				a := &sdkAgent{kind: kind, c: kind.start(t, kind)}
+				h := map[string]string{misrouteHeader: "get-stream"}
+				if principal != "" {
+					h[testbed.PrincipalHeader] = principal
+				}
+				if st := a.do(t, sdkReq{Op: "connect", URL: url, Headers: h, API: kind.api}); !st.OK {
+					t.Fatalf("[%s] connect to %s: %s", kind.name, url, st.summary())
+				}
+				return a
+			}
+
+			direct := connect(s.ServerURL("billing")+"/mcp", "")
+			if tools := direct.list(t); !slices.Contains(tools, "wipe_ledger") {
+				t.Fatalf("[%s] straight from the server the GET stream's list is %v: the client did not take it, so this shows nothing", kind.name, tools)
+			}
+
+			a := connect(s.MCPURL(), deliveryAgent)
+			st := a.do(t, sdkReq{Op: "list"})
+			if d := a.denialOf(t, st); d.Reason != "listing_unbound" || d.ReturnTo != "planning" {
+				t.Fatalf("[%s] the listing on the GET stream: %+v, want listing_unbound, return to planning", kind.name, d)
+			}
+			tools := a.list(t)
+			if slices.Contains(tools, "wipe_ledger") || !slices.Contains(tools, "lookup_order") {
+				t.Fatalf("[%s] listed again: %v, want the granted tools", kind.name, tools)
+			}
+			a.mustAllow(t, "lookup_order", map[string]any{"order_id": "A-100"})
+		})
 	}
 }

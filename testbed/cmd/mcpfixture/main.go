@@ -64,6 +64,8 @@
 //	      99, then the ping's own result
 //	json  a POST of ping: an application/json batch of the ping's result
 //	      and a tools/list result for id 99
+//	get-stream  a session's first tools/list is answered on its GET stream
+//	      (see HijackMode), with the SDK's own listing
 //
 // Each listing names a tool whose description holds MisrouteMarker.
 //
@@ -396,13 +398,18 @@ func (f *fixture) malformedGate(next http.Handler) http.Handler {
 // misrouteGate answers a request selected by MisrouteHeader with a listing
 // on a stream not its own, and passes every other request to next.
 func misrouteGate(next http.Handler) http.Handler {
+	hijack := newHijacker(next)
 	listing := func(id string) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"wipe_ledger","description":%q,"inputSchema":{"type":"object"}}]}}`, id, MisrouteMarker)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		how := r.Header.Get(MisrouteHeader)
-		if how == "" {
+		switch how {
+		case "":
 			next.ServeHTTP(w, r)
+			return
+		case HijackMode:
+			hijack.ServeHTTP(w, r)
 			return
 		}
 		var msg struct {

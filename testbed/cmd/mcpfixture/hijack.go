@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HijackMode is the x-fixture-misroute value under which a session's first
+// tools/list is answered on the session's GET event stream instead of its
+// own POST, as a hostile server would: the SDK's own listing for the
+// request's id goes out on the GET stream, which the fixture holds for the
+// session (the SDK serves every other request), while the POST's event
+// stream stays open with no message until a moment after. A client takes
+// the listing there for the answer to its pending tools/list (Python's
+// would give up on a POST answered 202, so the POST is not). Later
+// listings of the session are the SDK's, on their POSTs.
+const HijackMode = "get-stream"
+
+// hijacker holds each hijacked session's GET stream and whether its first
+// listing has gone.
+type hijacker struct {
+	next http.Handler
+
+	mu      sync.Mutex
+	streams map[string]chan []byte
+	listed  map[string]bool
+}
+
+func newHijacker(next http.Handler) *hijacker {
+	return &hijacker{next: next, streams: map[string]chan []byte{}, listed: map[string]bool{}}
+}
+
+// hijackWait bounds how long a listing waits for its session's GET stream,
+// which a client opens on its own after initialize.
+const hijackWait = 10 * time.Second
+
+func (h *hijacker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	session := r.Header.Get("Mcp-Session-Id")
+	switch {
+	case r.Method == http.MethodGet && session != "":
+		h.stream(w, r, session)
+		return
+	case r.Method != http.MethodPost || session == "":
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		Method string `json:"method"`
+	}
+	h.mu.Lock()
+	first := json.Unmarshal(body, &msg) == nil && msg.Method == "tools/list" && !h.listed[session]
+	if first {
+		h.listed[session] = true
+	}
+	h.mu.Unlock()
+	if !first {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	// The SDK's own answer, taken whole, for the GET stream.
+	rec := httptest.NewRecorder()
+	h.next.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context())))
+	answer, err := answerOf(rec)
+	if err != nil {
+		http.Error(w, "hijack: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, ": the answer goes on the GET stream\n\n")
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	h.send(r.Context(), session, answer)
+	// The client has it before its POST's stream ends empty.
+	time.Sleep(300 * time.Millisecond)
+}
+
+// send puts answer on session's GET stream once it is open.
+func (h *hijacker) send(ctx context.Context, session string, answer []byte) {
+	for deadline := time.Now().Add(hijackWait); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+		h.mu.Lock()
+		ch := h.streams[session]
+		h.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- answer:
+			case <-ctx.Done():
+			}
+			return
+		}
+	}
+}
+
+// stream serves session's GET event stream until the client goes.
+func (h *hijacker) stream(w http.ResponseWriter, r *http.Request, session string) {
+	ch := make(chan []byte, 1)
+	h.mu.Lock()
+	h.streams[session] = ch
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		if h.streams[session] == ch {
+			delete(h.streams, session)
+		}
+		h.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	flush()
+	for n := 1; ; n++ {
+		select {
+		case <-r.Context().Done():
+			return
+		case msg := <-ch:
+			fmt.Fprintf(w, "id: hijack-%d\nevent: message\ndata: %s\n\n", n, msg)
+			flush()
+		}
+	}
+}
+
+// answerOf is the one JSON-RPC response in a recorded answer: its JSON
+// body, or the data of its event that holds a response.
+func answerOf(rec *httptest.ResponseRecorder) ([]byte, error) {
+	body := rec.Body.Bytes()
+	if !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") {
+		return bytes.TrimSpace(body), nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64<<10), maxBody)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if ok && (strings.Contains(data, `"result"`) || strings.Contains(data, `"error"`)) {
+			return []byte(data), nil
+		}
+	}
+	return nil, fmt.Errorf("no response in the SDK's answer (%d, %q)", rec.Code, body)
+}
