@@ -24,6 +24,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -139,7 +140,19 @@ func faultHTTPStatus(url string) int {
 // value want.
 func faultMetric(t *testing.T, s *testbed.Stack, name, label, want string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.AdminURL() + "/metrics")
+	return value(scrape(t, s.AdminURL()), name, label, want)
+}
+
+// scrape reads the metric families an admin listener at adminURL serves.
+func scrape(t *testing.T, adminURL string) map[string]*dto.MetricFamily {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +162,7 @@ func faultMetric(t *testing.T, s *testbed.Stack, name, label, want string) float
 	if err != nil {
 		t.Fatal(err)
 	}
-	return value(families, name, label, want)
+	return families
 }
 
 // The upstream server is down when capsnap starts: capsnap serves Checks

@@ -25,9 +25,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/capsnap/capsnap/examples/billing"
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -108,16 +105,7 @@ func vmRSS(t *testing.T, pid string) string {
 // loadScalar is the sum of every series of capsnap's metric name.
 func loadScalar(t *testing.T, s *testbed.Stack, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.AdminURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	families := scrape(t, s.AdminURL())
 	var sum float64
 	for _, m := range families[name].GetMetric() {
 		sum += m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()

@@ -3,16 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/capsnap/capsnap/examples/billing"
 	"github.com/capsnap/capsnap/testbed"
@@ -76,19 +71,7 @@ func TestMetricsAndAuditAgree(t *testing.T) {
 	}
 
 	// Metrics: the decision counters agree with the audit trail.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.AdminURL()+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	families := scrape(t, s.AdminURL())
 	// A Check's line is counted in decisions_total, a tools/list
 	// response's (phase "response") in deliveries_total.
 	audited, delivered := map[string]int{}, map[string]int{}

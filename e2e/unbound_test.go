@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -41,16 +38,7 @@ func withoutExtProc(t *testing.T, p testbed.Ports) []byte {
 // replicaMetric sums name's series of replica whose label has value want.
 func replicaMetric(t *testing.T, s *testbed.Stack, replica int, name, label, want string) float64 {
 	t.Helper()
-	resp, err := deliveryAdmin.Get(s.ReplicaAdminURL(replica) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	families := scrape(t, s.ReplicaAdminURL(replica))
 	if _, ok := families[name]; !ok {
 		t.Fatalf("replica %d exports no %s", replica, name)
 	}

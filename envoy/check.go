@@ -198,33 +198,28 @@ func disables(cfg any) bool {
 // every other answer capsnap decided. It knows only the inputs and
 // matchers of envoy/demo.yaml and errs on any other.
 func skipsListing(ewm any) (skipped, onlyListings bool, err error) {
-	skipped, err = evalListing(ewm, &onlyListings)
-	return skipped, onlyListings, err
-}
-
-func evalListing(ewm any, onlyListings *bool) (bool, error) {
 	m := field(ewm, "xds_matcher")
 	if m == nil {
 		m = field(ewm, "matcher")
 	}
 	if m == nil {
-		return false, errors.New("no xds_matcher")
+		return false, false, errors.New("no xds_matcher")
 	}
-	skip := func(onMatch any) (bool, error) {
+	skip := func(onMatch any) (bool, bool, error) {
 		switch typeOf(field(onMatch, "action", "typed_config")) {
 		case skipFilter:
-			return true, nil
+			return true, onlyListings, nil
 		case "":
-			return false, errors.New("an on_match without an action")
+			return false, false, errors.New("an on_match without an action")
 		default:
-			return false, nil
+			return false, onlyListings, nil
 		}
 	}
 	for i, mm := range list(field(m, "matcher_list", "matchers")) {
 		sp := field(mm, "predicate", "single_predicate")
 		in := field(sp, "input", "typed_config")
 		if typeOf(in) != metadataInput || field(in, "filter") != extAuthzName {
-			return false, fmt.Errorf("matcher %d reads something other than %s's metadata", i, extAuthzName)
+			return false, false, fmt.Errorf("matcher %d reads something other than %s's metadata", i, extAuthzName)
 		}
 		path := list(field(in, "path"))
 		key := ""
@@ -232,18 +227,18 @@ func evalListing(ewm any, onlyListings *bool) (bool, error) {
 			key, _ = field(path[0], "key").(string)
 		}
 		if key != "listing" && key != "decision" {
-			return false, fmt.Errorf("matcher %d reads a key other than decision or listing", i)
+			return false, false, fmt.Errorf("matcher %d reads a key other than decision or listing", i)
 		}
-		*onlyListings = *onlyListings || key == "listing"
+		onlyListings = onlyListings || key == "listing"
 		cm := field(sp, "custom_match", "typed_config")
 		if typeOf(cm) != metadataMatch {
-			return false, fmt.Errorf("matcher %d matches otherwise than by the Metadata input matcher", i)
+			return false, false, fmt.Errorf("matcher %d matches otherwise than by the Metadata input matcher", i)
 		}
 		if present, _ := field(cm, "value", "present_match").(bool); !present {
-			return false, fmt.Errorf("matcher %d matches the ticket's value, not its presence", i)
+			return false, false, fmt.Errorf("matcher %d matches the ticket's value, not its presence", i)
 		}
 		invert, _ := field(cm, "invert").(bool)
-		if invert { // matches a request without a ticket
+		if invert { // matches a request without the key
 			continue
 		}
 		return skip(field(mm, "on_match"))
@@ -251,7 +246,7 @@ func evalListing(ewm any, onlyListings *bool) (bool, error) {
 	if om := field(m, "on_no_match"); om != nil {
 		return skip(om)
 	}
-	return false, nil
+	return false, onlyListings, nil
 }
 
 // sameService reports whether an ext_proc filter's configuration calls the
