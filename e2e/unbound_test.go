@@ -162,11 +162,11 @@ func responsePathMissing(t *testing.T, envoy func(*testing.T, testbed.Ports) []b
 	}
 }
 
-// Two replicas share Redis behind one round-robin cluster: a listing's
-// Check goes to one and its response, often, to the other. Every response
-// came back, so neither replica counts a listing unbound.
+// Two replicas share Redis: every listing's Check goes to one and its
+// response to the other (testbed.StackOptions.CrossReplicas). Every
+// response came back, so neither replica counts a listing unbound.
 func TestResponsePathAcrossReplicas(t *testing.T) {
-	s, _ := replicaStack(t, nil)
+	s, _ := replicaStack(t, func(o *testbed.StackOptions) { o.CrossReplicas = true })
 	const listings = 12
 	for i := range listings {
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, 100+i)

@@ -154,16 +154,24 @@ func replicaCluster(cfg []byte, p Ports) []byte {
 		panic("testbed: the Envoy configuration has no single-endpoint capsnap cluster to replace")
 	}
 	cfg = bytes.Replace(cfg, from, []byte(two), 1)
-	return extProcCluster(cfg, p)
+	// Every answer goes to ext_proc: on one round-robin cluster every Check
+	// would go to one replica and every ext_proc stream to the other, and
+	// no test would see Checks alternate.
+	return extProcCluster(cfg, func(c string) string { return c })
+}
+
+// crossReplicas sends every Check to replica 0 and every ext_proc stream to
+// replica 1: each listing's Check and response are decided on different
+// replicas, whatever round robin would have done.
+func crossReplicas(cfg []byte, p Ports) []byte {
+	return extProcCluster(cfg, func(c string) string {
+		return strings.Replace(c, fmt.Sprintf("port_value: %d}", p.GRPC), fmt.Sprintf("port_value: %d}", p.GRPC2), 1)
+	})
 }
 
 // extProcCluster gives the response path (capsnap.ext_proc) a cluster of
-// its own, the same replicas as capsnap's: every answer goes to ext_proc, so
-// on one round-robin cluster every Check would go to one replica and every
-// ext_proc stream to the other, and no test would see Checks alternate.
-// Its replicas are listed the other way round, so that a listing's Check
-// and its response reach different replicas.
-func extProcCluster(cfg []byte, p Ports) []byte {
+// its own: capsnap's, as edit changes it.
+func extProcCluster(cfg []byte, edit func(cluster string) string) []byte {
 	s := string(cfg)
 	start := strings.Index(s, "  - name: capsnap\n")
 	end := strings.Index(s[start+1:], "\n  - name: ")
@@ -176,10 +184,6 @@ func extProcCluster(cfg []byte, p Ports) []byte {
 	cluster := s[start : start+1+end+1]
 	at += filter
 	s = s[:at] + "envoy_grpc: {cluster_name: capsnap_ext_proc}" + s[at+len(ref):]
-	own := strings.NewReplacer(
-		"name: capsnap\n", "name: capsnap_ext_proc\n",
-		fmt.Sprintf("port_value: %d}", p.GRPC), fmt.Sprintf("port_value: %d}", p.GRPC2),
-		fmt.Sprintf("port_value: %d}", p.GRPC2), fmt.Sprintf("port_value: %d}", p.GRPC),
-	).Replace(cluster)
+	own := edit(strings.ReplaceAll(cluster, "name: capsnap\n", "name: capsnap_ext_proc\n"))
 	return []byte(strings.Replace(s, cluster, cluster+own, 1))
 }

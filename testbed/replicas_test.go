@@ -46,3 +46,27 @@ func TestReplicaClusters(t *testing.T) {
 		t.Errorf("the ext_proc filter does not use capsnap_ext_proc, or ext_authz does not use capsnap:\n%s", cfg)
 	}
 }
+
+// Crossed, the Checks go to replica 0 alone and the ext_proc streams to
+// replica 1 alone.
+func TestCrossReplicas(t *testing.T) {
+	p := Ports{Envoy: 1, Admin: 2, GRPC: 3, GRPC2: 4, Billing: 5, Payments: 6}
+	s := string(crossReplicas(EnvoyConfig(p), p))
+	authz, proc := strings.Index(s, "  - name: capsnap\n"), strings.Index(s, "  - name: capsnap_ext_proc\n")
+	if authz < 0 || proc < 0 {
+		t.Fatalf("no capsnap or capsnap_ext_proc cluster:\n%s", s)
+	}
+	end := func(from int) string {
+		rest := s[from+1:]
+		if i := strings.Index(rest, "\n  - name: "); i >= 0 {
+			return rest[:i]
+		}
+		return rest
+	}
+	if c := end(authz); !strings.Contains(c, "port_value: 3}") || strings.Contains(c, "port_value: 4}") {
+		t.Errorf("the Checks' cluster is not replica 0 alone:\n%s", c)
+	}
+	if c := end(proc); !strings.Contains(c, "port_value: 4}") || strings.Contains(c, "port_value: 3}") {
+		t.Errorf("the ext_proc cluster is not replica 1 alone:\n%s", c)
+	}
+}

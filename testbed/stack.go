@@ -95,6 +95,9 @@ type StackOptions struct {
 	// share it as their snapshot store, behind one Envoy cluster (round
 	// robin, gRPC health-checked). Replica 0 is Capsnap.
 	Redis string
+	// CrossReplicas, with Redis, sends every Check to replica 0 and every
+	// ext_proc stream to replica 1, in place of round robin over both.
+	CrossReplicas bool
 	// Envelope makes capsnap sign the envelope of every allowed call with
 	// a key the stack writes (EnvelopeKey), and the billing servers check
 	// it (pincheck) against the JWKS capsnap serves.
@@ -148,7 +151,10 @@ func StartStack(ctx context.Context, o StackOptions) (_ *Stack, err error) {
 	if envoyYAML == nil {
 		envoyYAML = EnvoyConfig(o.Ports)
 	}
-	if o.Redis != "" {
+	switch {
+	case o.Redis != "" && o.CrossReplicas:
+		envoyYAML = crossReplicas(envoyYAML, o.Ports)
+	case o.Redis != "":
 		envoyYAML = replicaCluster(envoyYAML, o.Ports)
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "envoy.yaml"), envoyYAML, 0o600); err != nil {
