@@ -1,19 +1,21 @@
 // Package extproc is capsnap's Envoy external-processing service
-// (envoy.service.ext_proc.v3.ExternalProcessor) for the response of every
-// tools/list capsnap allowed: it hands the buffered response to the decision
-// (extauthz.Server.Deliver), which mints the snapshot over exactly what the
-// agent is delivered, and answers Envoy with the response rewritten to
-// exactly the pinned tools and the snapshot's epoch, or with a JSON-RPC error
-// in its place. It holds no decision of its own.
+// (envoy.service.ext_proc.v3.ExternalProcessor) for every answer to a
+// request capsnap checked. The answer to a tools/list capsnap allowed,
+// whose Check left a listing ticket in the ext_authz filter's dynamic
+// metadata, goes whole to the decision (extauthz.Server.Deliver), which
+// mints the snapshot over exactly what the agent is delivered; Envoy gets
+// the response rewritten to exactly the pinned tools and the snapshot's
+// epoch, or a JSON-RPC error in its place. Every other answer goes to
+// extauthz.Server.Screen as it streams (screen.go), which withholds a
+// listing on a stream not its own. It holds no decision of its own.
 //
-// Envoy runs this filter only for responses whose Check left a listing
-// ticket in the ext_authz filter's dynamic metadata (see envoy/demo.yaml),
-// with the response headers sent and the body either streamed to capsnap
-// in full duplex (FULL_DUPLEX_STREAMED, envoy/*.yaml: the headers' answer
-// waits for the last chunk, one exchange for the whole response) or
-// buffered whole by Envoy (BUFFERED: two exchanges, headers then body).
-// Anything else it is sent is let through unchanged on the request side and
-// refused on the response side.
+// Envoy sends it the response headers and the body either streamed in full
+// duplex (FULL_DUPLEX_STREAMED, envoy/*.yaml: for a listing the headers'
+// answer waits for the last chunk, one exchange for the whole response; any
+// other answer passes on event by event) or buffered whole by Envoy
+// (BUFFERED: two exchanges, headers then body, and no answer that never
+// ends, such as the GET event stream, can be screened). The request side
+// is let through unchanged.
 package extproc
 
 import (
