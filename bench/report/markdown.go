@@ -186,7 +186,9 @@ func envoySection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "## Through the real Envoy\n\n")
 	fmt.Fprintf(b, "%d MCP sessions post `%s` through Envoy to billing, with no ext_authz filter, with ext_authz to the floor, and with ext_authz to capsnap (the same filter settings, from `envoy/demo.yaml`); "+
 		"then, on the shared snapshot store, to capsnap on Redis and to two capsnap replicas sharing that Redis behind one cluster (see [Shared snapshot store](#shared-snapshot-store-redis)). "+
-		"Added latency is over the run without ext_authz. Every call of these runs succeeded: one that did not would have failed the benchmark.\n\n", r.Method.EnvoyWorkers, r.Method.EnvoyCall)
+		"Added latency is over the run without ext_authz. Every call of these runs succeeded: one that did not would have failed the benchmark. "+
+		"In capsnap's modes every answer also goes through capsnap's ext_proc service, which screens it for a `tools/list` result on a stream not its own (issue 27: a client takes one on any stream for its pending listing); "+
+		"the floor leaves no decision in Envoy's metadata, so its Envoy skips that filter. The difference between the two is ext_authz and the response path together.\n\n", r.Method.EnvoyWorkers, r.Method.EnvoyCall)
 	none, _ := r.Mode(ModeNone)
 	var rows [][]string
 	for _, m := range append(slices.Clone(Modes), StoreModes...) {
