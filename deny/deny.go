@@ -3,6 +3,9 @@
 // A Reason is at once the denial code sent to the caller, the audit record's
 // "reason" and the value of the "reason" metric label, so the set is closed
 // and every reason is made by a call to Errorf with one of the constants below.
+// What a denial says beyond its detail (its HTTP status, where the caller
+// goes next, whether it is capability drift) is the reason's row in one
+// table, specs.
 package deny
 
 import (
@@ -92,16 +95,6 @@ const (
 	SnapshotExpired Reason = "snapshot_expired"
 )
 
-// Drift reports whether r is a capability_drift denial: the contract the
-// caller planned against is not the one that would run.
-func (r Reason) Drift() bool {
-	switch r {
-	case SchemaDrift, PolicyDrift, PrincipalMismatch, EffectEscalation, SnapshotExpired:
-		return true
-	}
-	return false
-}
-
 // Where a denied caller must go next.
 const (
 	// ReturnToPlanning: list tools again and re-plan against what is live.
@@ -115,19 +108,83 @@ const (
 	ReturnToNone = "none"
 )
 
-// ReturnTo says what a caller denied for r must do next.
-func (r Reason) ReturnTo() string {
-	switch r {
-	case SchemaDrift, SnapshotExpired, NoSnapshot, UnknownTool,
-		InvalidArguments, ConstraintViolation, SequenceViolation, ListingUnbound:
-		return ReturnToPlanning
-	case PolicyDrift:
-		return ReturnToAuthorization
-	case EffectEscalation, ToolUnapproved:
-		return ReturnToReview
-	default:
-		return ReturnToNone
+// Spec is what a denial for one reason says beyond its detail, and the one
+// place it is said: adding a reason is its constant above, its row in
+// specs, and its row in the README's table of denials, which a test holds
+// to this one.
+type Spec struct {
+	// Status is the HTTP status of the denial answered as an HTTP error
+	// (denials.status http_error, or a request whose id is unknown). Every
+	// denial of a request is a 4xx, whose JSON-RPC body the Go and Python
+	// SDK clients read; a 5xx would be taken as transient and its body
+	// dropped. Only the response path's own refusals, which no request
+	// caused, are 5xx.
+	Status int
+	// ReturnTo is where the caller must go next, a ReturnTo constant.
+	ReturnTo string
+	// Drift marks capability drift: the contract the caller planned
+	// against is not the one that would run.
+	Drift bool
+}
+
+var specs = map[Reason]Spec{
+	SchemaDrift:       {Status: 403, ReturnTo: ReturnToPlanning, Drift: true},
+	PolicyDrift:       {Status: 403, ReturnTo: ReturnToAuthorization, Drift: true},
+	PrincipalMismatch: {Status: 403, ReturnTo: ReturnToNone, Drift: true},
+	EffectEscalation:  {Status: 403, ReturnTo: ReturnToReview, Drift: true},
+	SnapshotExpired:   {Status: 403, ReturnTo: ReturnToPlanning, Drift: true},
+
+	NoSnapshot:          {Status: 403, ReturnTo: ReturnToPlanning},
+	UnknownTool:         {Status: 403, ReturnTo: ReturnToPlanning},
+	InvalidArguments:    {Status: 403, ReturnTo: ReturnToPlanning},
+	ConstraintViolation: {Status: 403, ReturnTo: ReturnToPlanning},
+	SequenceViolation:   {Status: 403, ReturnTo: ReturnToPlanning},
+	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
+	UnclassifiedTool:    {Status: 403, ReturnTo: ReturnToNone},
+	ToolNotGranted:      {Status: 403, ReturnTo: ReturnToNone},
+	CatalogUnavailable:  {Status: 403, ReturnTo: ReturnToNone},
+	StoreUnavailable:    {Status: 403, ReturnTo: ReturnToNone},
+	EnvelopeFailed:      {Status: 403, ReturnTo: ReturnToNone},
+	NoPrincipal:         {Status: 403, ReturnTo: ReturnToNone},
+	UnknownServer:       {Status: 403, ReturnTo: ReturnToNone},
+
+	MalformedRequest:     {Status: 400, ReturnTo: ReturnToNone},
+	HeaderMismatch:       {Status: 400, ReturnTo: ReturnToNone},
+	UnsupportedEncoding:  {Status: 415, ReturnTo: ReturnToNone},
+	UnsupportedMediaType: {Status: 415, ReturnTo: ReturnToNone},
+
+	// The response path's: the server answered with something capsnap
+	// cannot read or pin, or Envoy sent what capsnap did not authorize.
+	MalformedResponse: {Status: 502, ReturnTo: ReturnToNone},
+	ListingUnbound:    {Status: 502, ReturnTo: ReturnToPlanning},
+	UnknownListing:    {Status: 500, ReturnTo: ReturnToNone},
+}
+
+// Spec is r's row. A reason without one is denied as forbidden, with
+// nowhere to go: every reason is a constant above, and a test holds each to
+// a row.
+func (r Reason) Spec() Spec {
+	if s, ok := specs[r]; ok {
+		return s
 	}
+	return Spec{Status: 403, ReturnTo: ReturnToNone}
+}
+
+// Drift reports whether r is a capability_drift denial.
+func (r Reason) Drift() bool { return r.Spec().Drift }
+
+// ReturnTo says what a caller denied for r must do next.
+func (r Reason) ReturnTo() string { return r.Spec().ReturnTo }
+
+// NextStep tells a caller denied for r, in words a model acts on, what to
+// do next.
+func (r Reason) NextStep() string { return nextSteps[r.Spec().ReturnTo] }
+
+var nextSteps = map[string]string{
+	ReturnToPlanning:      "List the tools again and plan against what is listed now; do not retry this call as it is.",
+	ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
+	ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
+	ReturnToNone:          "Nothing will make this call valid: do not retry it.",
 }
 
 // Error is a denial: a Reason and a human-readable detail for logs and the

@@ -10,8 +10,10 @@ import (
 	"testing"
 )
 
-// Every reason has its row in the README's table of denials: operators
-// look a reason up there, and a reason added without one is a gap.
+// Every reason has its row in the README's table of denials, and the row
+// says what its Spec does: operators look a reason up there, and a reason
+// added without one, or a row that says another status or next step, is a
+// gap.
 func TestEveryReasonInREADME(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -27,11 +29,36 @@ func TestEveryReasonInREADME(t *testing.T) {
 		t.Fatal(`README.md has no table of denials under "### Denials"`)
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
+	rows := map[string][]string{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) == 4 && strings.HasPrefix(cells[0], "| `") {
+			rows[strings.Trim(cells[0], "| `")] = cells
+		}
+	}
+	for _, r := range declared(t) {
+		row, ok := rows[string(r)]
+		if !ok {
+			t.Errorf("README.md's table of denials has no row for %s", r)
+			continue
+		}
+		if status := strconv.Itoa(r.Spec().Status); !strings.HasPrefix(row[1], status) {
+			t.Errorf("README.md: %s's HTTP status is %q, its Spec's %s", r, row[1], status)
+		}
+		if returnTo := "`" + r.ReturnTo() + "`"; !strings.HasPrefix(row[3], returnTo) {
+			t.Errorf("README.md: %s's return_to is %q, its Spec's %s", r, row[3], returnTo)
+		}
+	}
+}
+
+// declared are the Reason constants deny.go declares.
+func declared(t *testing.T) []Reason {
+	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "deny.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []Reason
 	ast.Inspect(f, func(node ast.Node) bool {
 		spec, ok := node.(*ast.ValueSpec)
 		if !ok {
@@ -49,14 +76,12 @@ func TestEveryReasonInREADME(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n++
-			if !strings.Contains(table, "\n| `"+reason+"` |") {
-				t.Errorf("README.md's table of denials has no row for %s", reason)
-			}
+			out = append(out, Reason(reason))
 		}
 		return true
 	})
-	if n < 20 {
-		t.Fatalf("found %d reasons in deny.go; the test no longer reads them", n)
+	if len(out) < 20 {
+		t.Fatalf("found %d reasons in deny.go; the test no longer reads them", len(out))
 	}
+	return out
 }

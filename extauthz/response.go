@@ -395,15 +395,6 @@ type toolResultBody struct {
 	} `json:"result"`
 }
 
-// nextStep tells a caller, in words a model acts on, what to do after a
-// denial that sends it to ReturnTo.
-var nextStep = map[string]string{
-	deny.ReturnToPlanning:      "List the tools again and plan against what is listed now; do not retry this call as it is.",
-	deny.ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
-	deny.ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
-	deny.ReturnToNone:          "Nothing will make this call valid: do not retry it.",
-}
-
 func (d *decision) toolResultJSON() []byte {
 	var b toolResultBody
 	b.JSONRPC, b.ID = "2.0", d.id
@@ -412,7 +403,7 @@ func (d *decision) toolResultJSON() []byte {
 	if data.Drift {
 		text = "capsnap denied this call: capability_drift " + string(data.Reason)
 	}
-	text += " (" + data.Detail + "). " + nextStep[data.ReturnTo]
+	text += " (" + data.Detail + "). " + data.Reason.NextStep()
 	if len(data.AllowedTools) > 0 {
 		text += " Tools you may call: " + strings.Join(data.AllowedTools, ", ") + "."
 	}
@@ -457,7 +448,7 @@ func (d *decision) denied(form config.Denials) *authv3.CheckResponse {
 func (d *decision) denialBody(form config.Denials) (int, []byte) {
 	switch {
 	case len(d.id) == 0 || d.batch || form.Status == config.StatusHTTPError:
-		return int(httpStatus(d.fail.Reason)), d.errorJSON()
+		return d.fail.Reason.Spec().Status, d.errorJSON()
 	case d.method == "tools/call" && form.CallForm == config.CallFormToolResult:
 		return 200, d.toolResultJSON()
 	default:
@@ -500,26 +491,6 @@ func (d *decision) errorData() errorData {
 		data.Epoch = d.snapshot.Epoch
 	}
 	return data
-}
-
-// httpStatus maps a reason to the HTTP status of its denial under
-// denials.status http_error (or when the request's id is unknown). Every
-// denial of a request is a 4xx whose JSON-RPC body the Go and Python SDK
-// clients read; a 5xx would be taken as transient and its body dropped.
-// Only the response path's own refusals, which no request caused, are 5xx.
-func httpStatus(r deny.Reason) typev3.StatusCode {
-	switch r {
-	case deny.MalformedResponse:
-		return typev3.StatusCode_BadGateway // the server answered with something capsnap cannot read
-	case deny.UnknownListing:
-		return typev3.StatusCode_InternalServerError // Envoy and capsnap disagree on what goes through ext_proc
-	case deny.MalformedRequest, deny.HeaderMismatch:
-		return typev3.StatusCode_BadRequest
-	case deny.UnsupportedEncoding, deny.UnsupportedMediaType:
-		return typev3.StatusCode_UnsupportedMediaType
-	default:
-		return typev3.StatusCode_Forbidden
-	}
 }
 
 func clientHeaders(h map[string]string) []string {
