@@ -239,15 +239,9 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 // grants it, or why not (not granted, unclassified, unapproved at the
 // delivered digest, not in capsnap's live view, live at another digest).
 func (s *Server) withhold(d *decision, r *Rules, principal *policy.Principal, list *catalog.List, t mcpparse.DeliveredTool) (policy.Decision, *deny.Error) {
-	rule, err := principal.Decide(d.serverID, t.Name)
-	if err != nil {
-		if de, ok := deny.As(err); ok {
-			return rule, de
-		}
-		return rule, deny.Errorf(deny.ToolNotGranted, "%v", err)
-	}
-	if r.Lock != nil && !r.Lock.Approved(d.serverID, t.Name, t.Digest) {
-		return rule, deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s at %s", t.Name, t.Digest)
+	rule, fail := r.admit(principal, d.serverID, t.Name, t.Digest)
+	if fail != nil {
+		return rule, fail
 	}
 	live, ok := list.Tools[t.Name]
 	if !ok {

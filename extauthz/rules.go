@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -145,4 +146,25 @@ func LogReload(log zerolog.Logger, why, path string, s *Server) {
 	default:
 		log.Error().Str("trigger", why).Str("result", result).Err(err).Msg("policy reload refused; keeping the policy in force")
 	}
+}
+
+// admit is the one answer to "may p call tool on server, as defined at
+// digest, under these rules": the rule that grants it, or why not (the
+// policy does not grant it or classifies it not; the lockfile does not
+// approve it at digest). Minting, delivery, call verification, a stale
+// read and the explanation of a tool a snapshot does not pin all ask it.
+// An empty digest is a definition capsnap cannot see (its catalog is
+// unavailable): then only the policy is asked.
+func (r *Rules) admit(p *policy.Principal, server, tool, digest string) (policy.Decision, *deny.Error) {
+	rule, err := p.Decide(server, tool)
+	if err != nil {
+		if de, ok := deny.As(err); ok {
+			return rule, de
+		}
+		return rule, deny.Errorf(deny.ToolNotGranted, "%v", err)
+	}
+	if digest != "" && r.Lock != nil && !r.Lock.Approved(server, tool, digest) {
+		return rule, deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s; it waits for review", server, tool, digest)
+	}
+	return rule, nil
 }

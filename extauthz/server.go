@@ -445,9 +445,10 @@ func (s *Server) mint(d *decision) *deny.Error {
 		return fail
 	}
 	r := s.rules.Load()
+	principal := r.Policy.For(d.principal)
 	for name, t := range list.Tools {
-		rule, err := r.Policy.Decide(d.principal, d.serverID, name)
-		if err != nil || (r.Lock != nil && !r.Lock.Approved(d.serverID, name, t.Digest)) {
+		rule, fail := r.admit(principal, d.serverID, name, t.Digest)
+		if fail != nil {
 			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
 		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
@@ -624,13 +625,12 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if changed > pin.Seq {
 		return deny.Errorf(deny.SchemaDrift, "tool %q was redefined after snapshot %s was minted", d.tool, snap.Epoch)
 	}
-	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
-		return deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s", d.serverID, d.tool, live.Digest)
-	}
-
-	rule, err := r.Policy.Decide(d.principal, d.serverID, d.tool)
-	if err != nil {
-		return deny.Errorf(deny.PolicyDrift, "the policy no longer allows it: %v", err)
+	rule, fail := r.admit(r.Policy.For(d.principal), d.serverID, d.tool, live.Digest)
+	switch {
+	case fail != nil && fail.Reason == deny.ToolUnapproved:
+		return fail
+	case fail != nil:
+		return deny.Errorf(deny.PolicyDrift, "the policy no longer allows it: %v", fail)
 	}
 	if rule.Effect > pin.Effect {
 		return deny.Errorf(deny.EffectEscalation, "tool %q is now %s, it was reviewed as %s", d.tool, rule.Effect, pin.Effect)
@@ -687,8 +687,8 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 	if !ok || last.Digest != pin.SchemaDigest {
 		return catalogFail
 	}
-	rule, err := r.Policy.Decide(d.principal, d.serverID, d.tool)
-	if err != nil || rule.Digest != pin.PolicyDigest {
+	rule, fail := r.admit(r.Policy.For(d.principal), d.serverID, d.tool, last.Digest)
+	if fail != nil || rule.Digest != pin.PolicyDigest {
 		return catalogFail
 	}
 	if fail := s.checkTerms(d, d.snapshot, rule, last.Digest, last.InputSchema); fail != nil {
@@ -756,26 +756,23 @@ func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
 // not approve it, or it appeared (or was granted) after the snapshot; a
 // snapshot never broadens.
 func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalogFail *deny.Error) *deny.Error {
-	var live catalog.Tool
+	// The definition, when capsnap can see it: the lockfile approves one.
+	digest := ""
 	if catalogFail == nil {
-		var ok bool
-		if live, ok = list.Tools[d.tool]; !ok {
+		live, ok := list.Tools[d.tool]
+		if !ok {
 			return deny.Errorf(deny.UnknownTool, "tool %q is not in server %q's live catalog", d.tool, d.serverID)
 		}
+		digest = live.Digest
 	}
-	if _, err := r.Policy.Decide(d.principal, d.serverID, d.tool); err != nil {
-		if de, ok := deny.As(err); ok {
-			if de.Reason == deny.ToolNotGranted {
-				d.allowedTools = s.allowedBy(d.snapshot)
-			}
-			return de
-		}
-	}
-	if catalogFail != nil {
+	switch _, fail := r.admit(r.Policy.For(d.principal), d.serverID, d.tool, digest); {
+	case fail != nil && fail.Reason == deny.ToolNotGranted:
+		d.allowedTools = s.allowedBy(d.snapshot)
+		return fail
+	case fail != nil:
+		return fail
+	case catalogFail != nil:
 		return catalogFail
-	}
-	if r.Lock != nil && !r.Lock.Approved(d.serverID, d.tool, live.Digest) {
-		return deny.Errorf(deny.ToolUnapproved, "the lockfile does not approve %s/%s at %s; it waits for review", d.serverID, d.tool, live.Digest)
 	}
 	d.allowedTools = s.allowedBy(d.snapshot)
 	return deny.Errorf(deny.NoSnapshot, "snapshot %s does not pin tool %q; list tools again", d.snapshot.Epoch, d.tool)
