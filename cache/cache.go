@@ -62,6 +62,22 @@ type Snapshot struct {
 	Pins []Pin
 
 	calls *calls
+	// keeper is the call log of the store that took or read the snapshot.
+	keeper CallLog
+}
+
+// Keep records that log keeps the calls allowed under s: a store sets it on
+// every snapshot it takes or reads, before anyone else sees it.
+func (s *Snapshot) Keep(log CallLog) { s.keeper = log }
+
+// Follows is the snapshot as the policy's terms read its calls
+// (policy.CallLog): its keeper's record of the calls allowed under it. A
+// snapshot no store has taken keeps none, and fails closed.
+func (s *Snapshot) Follows(tool string, after []string, record bool) (bool, error) {
+	if s.keeper == nil {
+		return false, fmt.Errorf("%w: snapshot %s is kept by no store", ErrUnavailable, s.Epoch)
+	}
+	return s.keeper.Follows(s, tool, after, record)
 }
 
 // Pin returns the pin of tool, if the snapshot pins it.
@@ -137,7 +153,13 @@ type Store interface {
 	// ChangedAt is the sequence at which the store last saw tool of
 	// serverID change; 0 if never.
 	ChangedAt(serverID, tool string) (uint64, error)
+}
 
+// CallLog is the calls allowed under each snapshot, kept beside it, for
+// the policy's rules that span calls (a sequence rule's after,
+// policy.CallLog): a store holds it where it holds the snapshots, so that a
+// call allowed on one replica counts on every other.
+type CallLog interface {
 	// Follows reports whether every tool in after has been called, and
 	// allowed, under s. If so and record is set, it notes tool as called
 	// under s, for the sequence rules of later calls.
@@ -162,7 +184,10 @@ type Redemptions interface {
 // ErrUnavailable is wrapped by a store that cannot answer now.
 var ErrUnavailable = errors.New("snapshot store unavailable")
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store   = (*Memory)(nil)
+	_ CallLog = (*Memory)(nil)
+)
 
 // Memory is the in-process Store of a single replica.
 type Memory struct {
@@ -243,6 +268,7 @@ func (m *Memory) Put(s *Snapshot) error {
 	}
 	ttl += m.retain
 	s.calls = &calls{}
+	s.Keep(m)
 	slices.SortFunc(s.Pins, func(a, b Pin) int { return strings.Compare(a.ToolID, b.ToolID) })
 	if !m.snapshots.SetWithTTL(s.Epoch, s, 1, ttl) {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
@@ -337,7 +363,7 @@ func AnySessionKey(principal, serverID string) string {
 // capsnap_snapshots_active gauge.
 func (m *Memory) Held() int64 { return m.held.Load() }
 
-// Follows implements Store. A snapshot this store never held has seen no
+// Follows implements CallLog. A snapshot this store never held has seen no
 // calls, so a sequence rule over it cannot be satisfied.
 func (m *Memory) Follows(s *Snapshot, tool string, after []string, record bool) (bool, error) {
 	c := s.calls

@@ -8,7 +8,7 @@ import (
 )
 
 func TestMemoryKeepsTheStoreContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) cache.Store {
+	storetest.Run(t, func(t *testing.T) storetest.Store {
 		m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000})
 		if err != nil {
 			t.Fatal(err)

@@ -649,32 +649,44 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 	if fail != nil {
 		return fail
 	}
-	in := policy.Input{Args: args, Principal: d.principal, Server: d.serverID, Tool: d.tool}
-	for _, c := range rule.Constraints {
-		if err := c.Check(in); err != nil {
-			if de, ok := deny.As(err); ok {
-				return de
-			}
-			return deny.Errorf(deny.ConstraintViolation, "constraint %s: %v", c.Name, err)
+	// The snapshot is the call log it keeps (cache.Snapshot.Follows).
+	call := policy.Call{Input: policy.Input{Args: args, Principal: d.principal, Server: d.serverID, Tool: d.tool}, Snapshot: snap.Epoch, Log: snap}
+	for _, t := range rule.Terms {
+		if fail := termFailed(t, call, false); fail != nil {
+			return fail
 		}
 	}
 	// The envelope is sealed before the call is recorded: sealing can
-	// still deny, and a call a sequence rule names is recorded only once
-	// nothing else will.
+	// still deny, and a term records a call only once nothing else will.
 	if fail := s.signEnvelope(d); fail != nil {
 		return fail
 	}
-	// Last: an allowed call a sequence rule names is recorded here, and a
-	// denied one never is.
-	follows, err := s.snapshots.Follows(snap, d.tool, rule.After, rule.Precedes)
-	if err != nil {
-		return storeFailed(err)
-	}
-	if !follows {
-		return deny.Errorf(deny.SequenceViolation, "%s may be called only after %s under the same snapshot (%s)", d.tool, strings.Join(rule.After, " and "), snap.Epoch)
+	for _, t := range rule.Terms {
+		if fail := termFailed(t, call, true); fail != nil {
+			return fail
+		}
 	}
 	return nil
 }
+
+// termFailed checks call against t if t records calls or not as records
+// says: why it denies the call, if it does. An error that is no denial is
+// the store's, and fails the call closed.
+func termFailed(t policy.Term, call policy.Call, records bool) *deny.Error {
+	if t.Records() != records {
+		return nil
+	}
+	err := t.Check(call)
+	if err == nil {
+		return nil
+	}
+	if de, ok := deny.As(err); ok {
+		return de
+	}
+	return storeFailed(err)
+}
+
+var _ policy.CallLog = (*cache.Snapshot)(nil)
 
 // staleRead decides a pinned call while the catalog is unavailable: only a
 // read, only if the operator allowed it, only on the last list still

@@ -14,7 +14,10 @@ type failingStore struct {
 	fail string
 }
 
-var _ cache.Store = (*failingStore)(nil)
+var (
+	_ cache.Store   = (*failingStore)(nil)
+	_ cache.CallLog = (*failingStore)(nil)
+)
 
 func (f *failingStore) err(op string) error {
 	if f.fail == op {
@@ -27,7 +30,12 @@ func (f *failingStore) Put(s *cache.Snapshot) error {
 	if err := f.err("Put"); err != nil {
 		return err
 	}
-	return f.Memory.Put(s)
+	if err := f.Memory.Put(s); err != nil {
+		return err
+	}
+	// Its calls are this store's, which fails as it is told to.
+	s.Keep(f)
+	return nil
 }
 
 func (f *failingStore) Latest(p, srv, sess string) (*cache.Snapshot, bool, error) {

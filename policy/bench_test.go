@@ -38,7 +38,7 @@ func BenchmarkConstraintCheck(b *testing.B) {
 		b.Run(c.Name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := c.Check(in); err != nil {
+				if err := c.CheckInput(in); err != nil {
 					b.Fatal(err)
 				}
 			}

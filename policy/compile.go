@@ -282,6 +282,12 @@ func decideTool(rule string, t *tool, g *grant, via string) (*outcome, error) {
 		Precedes:     t.precedes,
 		Capabilities: t.capabilities,
 	}
+	for _, c := range o.decision.Constraints {
+		o.decision.Terms = append(o.decision.Terms, c)
+	}
+	if s := sequenceOf(t); s != nil {
+		o.decision.Terms = append(o.decision.Terms, s)
+	}
 	return o, nil
 }
 

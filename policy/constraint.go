@@ -184,11 +184,19 @@ func argFields(checked *cel.Ast) []string {
 	return slices.Compact(read)
 }
 
-// Check evaluates the constraint over in: nil if it holds, else a
+var _ Term = (*Constraint)(nil)
+
+// Check implements Term: CheckInput over the call.
+func (c *Constraint) Check(call Call) error { return c.CheckInput(call.Input) }
+
+// Records implements Term: a constraint reads only the call.
+func (*Constraint) Records() bool { return false }
+
+// CheckInput evaluates the constraint over in: nil if it holds, else a
 // *deny.Error with deny.ConstraintViolation naming the constraint. An
 // evaluation that fails (a missing argument, a wrong type, the cost limit)
 // is a violation too: constraints fail closed.
-func (c *Constraint) Check(in Input) error {
+func (c *Constraint) CheckInput(in Input) error {
 	holds, err := c.eval(in)
 	switch {
 	case err != nil:

@@ -92,7 +92,7 @@ func TestConstraintCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := mustConstraint(t, tt.c).Check(tt.in)
+			err := mustConstraint(t, tt.c).CheckInput(tt.in)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("Check = %v, want it to hold", err)
@@ -122,8 +122,8 @@ func manyItems(n int) []any {
 // pass.
 func TestUncompiledConstraintFailsClosed(t *testing.T) {
 	c := Constraint{Name: "cap", Expr: "true"}
-	if de, ok := deny.As(c.Check(Input{})); !ok || de.Reason != deny.ConstraintViolation {
-		t.Fatalf("uncompiled constraint: %v", c.Check(Input{}))
+	if de, ok := deny.As(c.CheckInput(Input{})); !ok || de.Reason != deny.ConstraintViolation {
+		t.Fatalf("uncompiled constraint: %v", c.CheckInput(Input{}))
 	}
 }
 
@@ -137,7 +137,7 @@ func TestConstraintCheckConcurrent(t *testing.T) {
 			var err error
 			for j := range 200 {
 				amount := float64(200 + (i+j)%100)
-				got := c.Check(Input{Args: map[string]any{"amount": amount}})
+				got := c.CheckInput(Input{Args: map[string]any{"amount": amount}})
 				if (got == nil) != (amount <= 250) {
 					err = got
 				}

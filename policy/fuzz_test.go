@@ -61,7 +61,7 @@ func FuzzParse(f *testing.F) {
 				}
 				for _, c := range d.Constraints {
 					// Must fail closed or hold, never panic.
-					_ = c.Check(Input{Args: map[string]any{"amount": 1.0}, Principal: who, Server: k.server, Tool: k.tool})
+					_ = c.CheckInput(Input{Args: map[string]any{"amount": 1.0}, Principal: who, Server: k.server, Tool: k.tool})
 				}
 				p.Explain(who, k.server, k.tool, map[string]any{})
 			}

@@ -271,6 +271,10 @@ type Decision struct {
 	Precedes bool
 	// Capabilities are the tags the tool exercises; sorted.
 	Capabilities []string
+	// Terms are the rules above compiled, that a call must satisfy once
+	// its contract is the pinned one, in order: the constraints, then the
+	// sequence rule, which records the call (Term.Records).
+	Terms []Term
 }
 
 // Load reads and validates a policy file. A relative lockfile path in it is

@@ -199,7 +199,7 @@ func TestSeedPolicy(t *testing.T) {
 	}
 	check := func(args map[string]any) error {
 		for _, c := range d.Constraints {
-			if err := c.Check(Input{Args: args, Principal: support, Server: "billing", Tool: "refund"}); err != nil {
+			if err := c.CheckInput(Input{Args: args, Principal: support, Server: "billing", Tool: "refund"}); err != nil {
 				return err
 			}
 		}

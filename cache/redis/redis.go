@@ -127,6 +127,7 @@ type Store struct {
 
 var (
 	_ cache.Store       = (*Store)(nil)
+	_ cache.CallLog     = (*Store)(nil)
 	_ cache.Redemptions = (*Store)(nil)
 )
 
@@ -427,6 +428,7 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 	if now, _, err := s.current(); err != nil || now.incarnation != v.incarnation {
 		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.o.Addr)
 	}
+	snap.Keep(s)
 	s.local.SetWithTTL(snap.Epoch, snap, 1, keep)
 	s.moved(latest, any)
 	return nil
@@ -489,6 +491,7 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 		s.rejected(kindSnapshot, key)
 		return nil, false, nil
 	}
+	snap.Keep(s)
 	if keep := snap.ValidUntil.Sub(s.o.Now()) + s.o.Retain; keep > 0 {
 		s.local.SetWithTTL(epoch, snap, 1, keep)
 	}
@@ -662,7 +665,7 @@ if ARGV[1] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
 end
 return 1`)
 
-// Follows implements cache.Store.
+// Follows implements cache.CallLog.
 func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, record bool) (bool, error) {
 	now := s.o.Now()
 	record = record && now.Before(snap.ValidUntil)

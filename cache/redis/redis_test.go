@@ -65,7 +65,7 @@ func open(t *testing.T, r *testbed.Redis, prefix string, edit ...func(*redis.Opt
 
 func TestKeepsTheStoreContract(t *testing.T) {
 	r := testbed.StartRedis(t)
-	storetest.Run(t, func(t *testing.T) cache.Store {
+	storetest.Run(t, func(t *testing.T) storetest.Store {
 		s, _ := open(t, r, "")
 		return s
 	})

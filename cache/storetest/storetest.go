@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -13,14 +14,21 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
+// Store is what the contract holds a store to: its snapshots, and the call
+// log it keeps beside them.
+type Store interface {
+	cache.Store
+	cache.CallLog
+}
+
 // Open returns a new, empty store; the test closes it through t.Cleanup.
-type Open func(t *testing.T) cache.Store
+type Open func(t *testing.T) Store
 
 // Run runs the contract against the stores open makes.
 func Run(t *testing.T, open Open) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, cache.Store)
+		fn   func(*testing.T, Store)
 	}{
 		{"SnapshotHoldsTheWholeTuple", snapshotHoldsTheWholeTuple},
 		{"LatestPerPrincipalServerSession", latestPerPrincipalServerSession},
@@ -29,6 +37,7 @@ func Run(t *testing.T, open Open) {
 		{"InvalidationsAreSequenced", invalidationsAreSequenced},
 		{"CallsAreRecordedPerSnapshot", callsAreRecordedPerSnapshot},
 		{"SequenceRulesNeedEveryPredecessor", sequenceRulesNeedEveryPredecessor},
+		{"SnapshotIsItsCallLog", snapshotIsItsCallLog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -67,7 +76,7 @@ func Same(t *testing.T, got, want *cache.Snapshot) {
 	}
 }
 
-func snapshotHoldsTheWholeTuple(t *testing.T, st cache.Store) {
+func snapshotHoldsTheWholeTuple(t *testing.T, st Store) {
 	refund := cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp", Seq: 3}
 	lookup := cache.Pin{ToolID: "lookup_order", SchemaDigest: "sha256:bb", Effect: policy.Read, PolicyDigest: "sha256:qq", Seq: 2}
 	s := Snapshot("agent-a", "billing", "sess-1", time.Minute, refund, lookup)
@@ -89,7 +98,7 @@ func snapshotHoldsTheWholeTuple(t *testing.T, st cache.Store) {
 	}
 }
 
-func latestPerPrincipalServerSession(t *testing.T, st cache.Store) {
+func latestPerPrincipalServerSession(t *testing.T, st Store) {
 	first := Snapshot("a", "billing", "s1", time.Minute)
 	second := Snapshot("a", "billing", "s1", time.Minute)
 	other := Snapshot("a", "billing", "s2", time.Minute)
@@ -125,13 +134,13 @@ func latestPerPrincipalServerSession(t *testing.T, st cache.Store) {
 	}
 }
 
-func expiredSnapshotIsRefused(t *testing.T, st cache.Store) {
+func expiredSnapshotIsRefused(t *testing.T, st Store) {
 	if err := st.Put(Snapshot("a", "billing", "", -time.Second)); err == nil {
 		t.Fatal("Put accepted an expired snapshot")
 	}
 }
 
-func largeSnapshotKeepsEveryPin(t *testing.T, st cache.Store) {
+func largeSnapshotKeepsEveryPin(t *testing.T, st Store) {
 	var pins []cache.Pin
 	for i := range 5000 {
 		pins = append(pins, cache.Pin{ToolID: fmt.Sprintf("tool_%04d", i), SchemaDigest: "sha256:aa", Effect: policy.Read})
@@ -151,7 +160,7 @@ func largeSnapshotKeepsEveryPin(t *testing.T, st cache.Store) {
 
 // A pin confirmed at sequence n is void once its tool changes at a later
 // one; the sequence only grows.
-func invalidationsAreSequenced(t *testing.T, st cache.Store) {
+func invalidationsAreSequenced(t *testing.T, st Store) {
 	seq := func() uint64 {
 		t.Helper()
 		n, err := st.Seq()
@@ -198,7 +207,7 @@ func invalidationsAreSequenced(t *testing.T, st cache.Store) {
 	}
 }
 
-func callsAreRecordedPerSnapshot(t *testing.T, st cache.Store) {
+func callsAreRecordedPerSnapshot(t *testing.T, st Store) {
 	a := Snapshot("a", "billing", "", time.Minute)
 	b := Snapshot("a", "billing", "", time.Minute)
 	Put(t, st, a)
@@ -240,7 +249,7 @@ func callsAreRecordedPerSnapshot(t *testing.T, st cache.Store) {
 	}
 }
 
-func sequenceRulesNeedEveryPredecessor(t *testing.T, st cache.Store) {
+func sequenceRulesNeedEveryPredecessor(t *testing.T, st Store) {
 	s := Snapshot("a", "billing", "", time.Minute)
 	Put(t, st, s)
 	both := []string{"lookup_order", "verify_identity"}
@@ -263,5 +272,27 @@ func sequenceRulesNeedEveryPredecessor(t *testing.T, st cache.Store) {
 	}
 	if ok, _ := st.Follows(s, "close_ticket", []string{"refund"}, false); !ok {
 		t.Fatal("a call that followed was not recorded")
+	}
+}
+
+// A snapshot the store took, or read back, is its own call log, as the
+// policy's terms read it: the store's, so a call recorded through one copy
+// is seen through another. One no store took keeps none, and fails closed.
+func snapshotIsItsCallLog(t *testing.T, st Store) {
+	s := Snapshot("a", "billing", "", time.Minute)
+	Put(t, st, s)
+	if ok, err := s.Follows("lookup_order", nil, true); !ok || err != nil {
+		t.Fatalf("recording through the snapshot: %v, %v", ok, err)
+	}
+	got, _, err := st.ByEpoch(s.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := got.Follows("refund", []string{"lookup_order"}, false); !ok || err != nil {
+		t.Fatalf("the call recorded through one copy is not seen through another: %v, %v", ok, err)
+	}
+	stray := Snapshot("a", "billing", "", time.Minute)
+	if ok, err := stray.Follows("lookup_order", nil, true); ok || !errors.Is(err, cache.ErrUnavailable) {
+		t.Fatalf("a snapshot no store took: %v, %v, want cache.ErrUnavailable", ok, err)
 	}
 }

@@ -1,0 +1,40 @@
+package policy
+
+// A Term is one rule of the policy that a call must satisfy once its
+// contract is the pinned one: an argument constraint (constraint.go), a
+// sequence rule (sequence.go). Each rule kind is one implementation in a
+// file of its own, compiled with the policy into every Decision it applies
+// to (Decision.Terms); the decision core runs them in order and knows none
+// of them.
+type Term interface {
+	// Check decides call: nil if the rule holds, or why not, as a
+	// *deny.Error. Any other error is the store's (a term that spans
+	// calls reads one), and fails the call closed.
+	Check(call Call) error
+	// Records reports whether Check records the call as it allows it (a
+	// rule that spans calls). Such terms run last, once nothing else can
+	// deny the call, so that a denied call is never recorded.
+	Records() bool
+}
+
+// Call is what a Term decides: the call and who makes it where, the
+// snapshot it is verified under, and the calls allowed before it under
+// that snapshot.
+type Call struct {
+	Input
+	// Snapshot is the epoch of the snapshot the call is verified under.
+	Snapshot string
+	// Log holds the calls allowed under the snapshot.
+	Log CallLog
+}
+
+// CallLog is all a term that spans calls reads and writes: the calls
+// allowed under one snapshot, kept where the snapshot is (in process, or
+// in the store replicas share), so that a call allowed on one replica
+// counts on every other.
+type CallLog interface {
+	// Follows reports whether every tool in after has been called, and
+	// allowed, under the snapshot. If so and record is set, it notes tool
+	// as called, for the calls after it.
+	Follows(tool string, after []string, record bool) (bool, error)
+}
