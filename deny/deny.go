@@ -110,8 +110,8 @@ const (
 
 // Spec is what a denial for one reason says beyond its detail, and the one
 // place it is said: adding a reason is its constant above, its row in
-// specs, and its row in the README's table of denials, which a test holds
-// to this one.
+// specs, and its row in docs/DENIALS.md's table of denials, which a test
+// holds to this one.
 type Spec struct {
 	// Status is the HTTP status of the denial answered as an HTTP error
 	// (denials.status http_error, or a request whose id is unknown). Every

@@ -649,8 +649,8 @@ func TestDeniedBodyIsJSONRPCError(t *testing.T) {
 	}
 }
 
-// Each denial form answers with the status and body its SDK table in the
-// README promises: a 200 with the JSON-RPC error by default, the 4xx under
+// Each denial form answers with the status and body the SDK table of
+// docs/DENIALS.md promises: a 200 with the JSON-RPC error by default, the 4xx under
 // http_error, a tool result for a denied call under tool_result; a request
 // whose id is unknown always gets the 4xx, never a 200 for id null.
 func TestDenialForms(t *testing.T) {

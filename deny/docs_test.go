@@ -10,23 +10,23 @@ import (
 	"testing"
 )
 
-// Every reason has its row in the README's table of denials, and the row
-// says what its Spec does: operators look a reason up there, and a reason
-// added without one, or a row that says another status or next step, is a
-// gap.
-func TestEveryReasonInREADME(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// Every reason has its row in docs/DENIALS.md's table of denials, and the
+// row says what its Spec does: operators look a reason up there, and a
+// reason added without one, or a row that says another status or next
+// step, is a gap.
+func TestEveryReasonInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/DENIALS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The table under "### Denials", and no other: other tables have
+	// The table under "## Reasons", and no other: other tables have
 	// rows that start with a name in backquotes too.
-	_, table, ok := strings.Cut(string(readme), "\n### Denials\n")
+	_, table, ok := strings.Cut(string(doc), "\n## Reasons\n")
 	if ok {
 		_, table, ok = strings.Cut(table, "\n| reason |")
 	}
 	if !ok {
-		t.Fatal(`README.md has no table of denials under "### Denials"`)
+		t.Fatal(`docs/DENIALS.md has no table of denials under "## Reasons"`)
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
 	rows := map[string][]string{}
@@ -39,14 +39,14 @@ func TestEveryReasonInREADME(t *testing.T) {
 	for _, r := range declared(t) {
 		row, ok := rows[string(r)]
 		if !ok {
-			t.Errorf("README.md's table of denials has no row for %s", r)
+			t.Errorf("docs/DENIALS.md's table of denials has no row for %s", r)
 			continue
 		}
 		if status := strconv.Itoa(r.Spec().Status); !strings.HasPrefix(row[1], status) {
-			t.Errorf("README.md: %s's HTTP status is %q, its Spec's %s", r, row[1], status)
+			t.Errorf("docs/DENIALS.md: %s's HTTP status is %q, its Spec's %s", r, row[1], status)
 		}
 		if returnTo := "`" + r.ReturnTo() + "`"; !strings.HasPrefix(row[3], returnTo) {
-			t.Errorf("README.md: %s's return_to is %q, its Spec's %s", r, row[3], returnTo)
+			t.Errorf("docs/DENIALS.md: %s's return_to is %q, its Spec's %s", r, row[3], returnTo)
 		}
 	}
 }
