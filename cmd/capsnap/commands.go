@@ -23,7 +23,8 @@ explain the policy and verify the audit trail.
 Exit codes:
   0  ok: the command did its work and the answer is yes
   1  a negative answer, or a failure: check found the configuration invalid,
-     audit verify did not verify the trail, lock --check found the lockfile out of date, or a command could not do
+     policy explain denied the call, audit verify did not verify the trail,
+     lock --check found the lockfile out of date, or a command could not do
      its work (a file that does not load, a server that does not answer)
   2  usage: an unknown command or flag, a missing or extra argument (and for
      audit verify, an input it cannot read)`
@@ -257,7 +258,8 @@ func newPolicyExplainCmd() *cobra.Command {
 		Short:                 "Print the policy's decision on a call, and why",
 		Long: `Print the policy's decision on a call, and why: which principal rule decides,
 the tool's effect class, the grant, and each constraint, evaluated over
---args when they are given.`,
+--args when they are given. Exit 0 when the call is allowed (or granted,
+its constraints not evaluated without --args), 1 when it is denied.`,
 		Example: `  capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support \
     --server billing --tool refund --args '{"order_id":"A-100","amount":40}'`,
 		Args: noArgs,

@@ -34,7 +34,8 @@ type explainOptions struct {
 	args                          string // JSON object, or "" for none
 }
 
-// policyExplain prints the policy's decision on a call and why.
+// policyExplain prints the policy's decision on a call and why, and fails
+// with errDenied when it is a denial.
 func policyExplain(o explainOptions, stdout io.Writer) error {
 	if o.file == "" || o.principal == "" || o.server == "" || o.tool == "" {
 		return usageError{"policy explain: --policy, --principal, --server and --tool are required"}
@@ -51,6 +52,31 @@ func policyExplain(o explainOptions, stdout io.Writer) error {
 	}
 	for _, line := range p.Explain(o.principal, o.server, o.tool, callArgs) {
 		fmt.Fprintln(stdout, line)
+	}
+	return explainedDenial(p, o.principal, o.server, o.tool, callArgs)
+}
+
+// errDenied is policy explain's answer when the call is denied, once it
+// has said why.
+var errDenied = errors.New("policy explain: DENIED")
+
+// explainedDenial is errDenied, with the reason, if the policy denies the
+// call Explain explained: the decision taken as serve takes it, not read
+// back from the explanation's words. Without args the constraints are not
+// evaluated, and a call granted on them is not a denial.
+func explainedDenial(p *policy.Policy, principal, server, tool string, args map[string]any) error {
+	d, err := p.Decide(principal, server, tool)
+	if err != nil {
+		return fmt.Errorf("%w (%w)", errDenied, err)
+	}
+	if args == nil {
+		return nil
+	}
+	in := policy.Input{Args: args, Principal: principal, Server: server, Tool: tool}
+	for _, c := range d.Constraints {
+		if err := c.Check(in); err != nil {
+			return fmt.Errorf("%w (%w)", errDenied, err)
+		}
 	}
 	return nil
 }
