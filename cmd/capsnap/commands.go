@@ -358,9 +358,11 @@ or edited, or a truncated end; 2: usage, or a file that cannot be read.`,
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "version",
-		Short:   "Print the version",
-		Long:    "Print capsnap's version. capsnap --version prints the same.",
+		Use:   "version",
+		Short: "Print the version and the commit capsnap was built from",
+		Long: `Print capsnap's version, then the commit it was built from when the go
+command stamped it: its revision, its time, and "modified" if the work tree
+had changes. capsnap --version prints the same.`,
 		Example: "  capsnap version",
 		Args:    noArgs,
 		Run: func(c *cobra.Command, _ []string) {

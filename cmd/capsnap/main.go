@@ -57,12 +57,50 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// versionString is what `capsnap version` prints after "capsnap ".
 func versionString() string {
-	if version != "" {
-		return version
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion is the version the build set (-X main.version), else the
+// module's: a pseudo-version for a build from a checkout since Go 1.24,
+// "(devel)" where the go command could not tell; then, when it stamped it
+// (-buildvcs), the commit it was built from: its revision, its time, and
+// "modified" if the work tree had changes. A "(devel)" build is only as
+// identifiable as its revision.
+func formatVersion(set string, bi *debug.BuildInfo) string {
+	v := set
+	if v == "" && bi != nil {
+		v = bi.Main.Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if v == "" {
+		v = "(devel)"
 	}
-	return "(devel)"
+	if bi == nil {
+		return v
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	v += " rev " + rev
+	if at != "" {
+		v += " " + at
+	}
+	if modified {
+		v += " modified"
+	}
+	return v
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -38,8 +39,8 @@ func TestCommands(t *testing.T) {
 		{"extra argument", []string{"check", "--config", "testdata/ok.yaml", "now"}, exitUsage, "", `check: unexpected argument "now"`},
 		{"help on an unknown command", []string{"help", "frobnicate"}, exitUsage, "", `help: unknown command "frobnicate"`},
 		{"help", []string{"help"}, exitOK, `(?s)^capsnap authorizes MCP tool calls.*Exit codes:\n  0  ok.*\n  1  a negative answer.*\n  2  usage.*Available Commands:.*completion`, ""},
-		{"version", []string{"version"}, exitOK, `^capsnap \S+\n$`, ""},
-		{"--version", []string{"--version"}, exitOK, `^capsnap \S+\n$`, ""},
+		{"version", []string{"version"}, exitOK, `^capsnap \S+( rev [0-9a-f]+.*)?\n$`, ""},
+		{"--version", []string{"--version"}, exitOK, `^capsnap \S+( rev [0-9a-f]+.*)?\n$`, ""},
 		{"version with an argument", []string{"version", "now"}, exitUsage, "", `version: unexpected argument "now"`},
 		{"completion bash", []string{"completion", "bash"}, exitOK, `(?s)^# bash completion V2 for capsnap.*complete -o default -F __start_capsnap capsnap`, ""},
 		{"completion zsh", []string{"completion", "zsh"}, exitOK, `^#compdef capsnap\n`, ""},
@@ -212,5 +213,44 @@ func TestAdminPprof(t *testing.T) {
 				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, rec.Code, want)
 			}
 		}
+	}
+}
+
+// The version names the commit when the go command stamped one, and is
+// the set or module version alone when it did not.
+func TestFormatVersion(t *testing.T) {
+	stamped := func(v string, settings ...debug.BuildSetting) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Settings: settings}
+		bi.Main.Version = v
+		return bi
+	}
+	rev := debug.BuildSetting{Key: "vcs.revision", Value: "45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012"}
+	at := debug.BuildSetting{Key: "vcs.time", Value: "2026-12-05T06:00:00Z"}
+	tests := []struct {
+		name string
+		set  string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build info", "", nil, "(devel)"},
+		{"set, no build info", "v1.4.0", nil, "v1.4.0"},
+		{"a checkout, not stamped", "", stamped("(devel)"), "(devel)"},
+		{"a checkout", "", stamped("(devel)", debug.BuildSetting{Key: "vcs", Value: "git"}, rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "false"}),
+			"(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z"},
+		{"a modified checkout", "", stamped("(devel)", rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "true"}),
+			"(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z modified"},
+		{"a checkout, Go 1.24's pseudo-version", "", stamped("v0.0.0-20261205060000-45bf4dd1b2c3+dirty", rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "true"}),
+			"v0.0.0-20261205060000-45bf4dd1b2c3+dirty rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z modified"},
+		{"a revision without a time", "", stamped("(devel)", rev), "(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012"},
+		{"go install of a release", "", stamped("v1.4.0"), "v1.4.0"},
+		{"set by -X, and stamped", "v1.4.0-rc1", stamped("(devel)", rev, at), "v1.4.0-rc1 rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z"},
+		{"no module version", "", stamped(""), "(devel)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := formatVersion(tt.set, tt.bi); got != tt.want {
+				t.Errorf("formatVersion = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
