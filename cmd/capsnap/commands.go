@@ -43,8 +43,10 @@ func newRootCmd(stdout, stderr io.Writer) (root *cobra.Command, ran *bool) {
   capsnap check --config capsnap.yaml --envoy envoy.yaml
   capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support --server billing --tool refund
   capsnap help policy explain`,
-		// No Args: cobra's own check of an unknown command comes before
-		// it parses any flag, so that `capsnap serv --config x` says which.
+		// No Args: cobra's own check for an unknown command then comes
+		// before it parses any flag, so that `capsnap serv --config x` is
+		// an unknown command "serv" (did you mean serve?), not an unknown
+		// flag --config.
 		RunE: func(c *cobra.Command, _ []string) error {
 			fmt.Fprint(c.ErrOrStderr(), c.UsageString())
 			return usageError{"a command is required"}
@@ -99,15 +101,15 @@ func suggest(c *cobra.Command, typed string) string {
 	return ""
 }
 
-// name is c's command path without "capsnap ", for error messages.
-func name(c *cobra.Command) string {
+// cmdName is c's command path without "capsnap ", for error messages.
+func cmdName(c *cobra.Command) string {
 	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
 }
 
 // noArgs is cobra.NoArgs as a usage error.
 func noArgs(c *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q; it takes only flags", name(c), args[0])}
+		return usageError{fmt.Sprintf("%s: unexpected argument %q; it takes only flags", cmdName(c), args[0])}
 	}
 	return nil
 }
@@ -129,12 +131,12 @@ func group(c *cobra.Command, subs ...*cobra.Command) *cobra.Command {
 	}
 	c.Args = func(c *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageError{fmt.Sprintf("%s: unknown subcommand %q%s", name(c), args[0], suggest(c, args[0]))}
+			return usageError{fmt.Sprintf("%s: unknown subcommand %q%s", cmdName(c), args[0], suggest(c, args[0]))}
 		}
 		return nil
 	}
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		return usageError{fmt.Sprintf("%s: the subcommand %s is required", name(c), required)}
+		return usageError{fmt.Sprintf("%s: the subcommand %s is required", cmdName(c), required)}
 	}
 	return c
 }
