@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -61,18 +60,6 @@ func openAudit(c config.Audit, stdout io.Writer, keys *envelope.Keys, log zerolo
 	return zerolog.New(trail).With().Timestamp().Str("log", "audit").Logger(), closeAudit, nil
 }
 
-func auditCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"audit: verify is required"}
-	}
-	switch args[0] {
-	case "verify":
-		return auditVerify(args[1:], stdout, stderr)
-	default:
-		return usageError{fmt.Sprintf("audit: unknown subcommand %q", args[0])}
-	}
-}
-
 // errNotVerified is audit verify's failure once it has said why.
 var errNotVerified = errors.New("audit verify: NOT VERIFIED")
 
@@ -80,27 +67,20 @@ var errNotVerified = errors.New("audit verify: NOT VERIFIED")
 // signature against the JWKS, and that it ends with the shutdown
 // checkpoint. Exit 0: verified; 1: not (the first problem is printed);
 // 2: usage, or a file that cannot be read.
-func auditVerify(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	jwksFile := fs.String("jwks", "", "the JWKS of the keys that sign checkpoints (capsnap keys jwks)")
-	live := fs.Bool("live", false, "the trail is still being written: accept a tail younger than the checkpoint interval")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *jwksFile == "" || fs.NArg() == 0 {
+func auditVerify(jwksFile string, live bool, files []string, stdout io.Writer) error {
+	if jwksFile == "" || len(files) == 0 {
 		return usageError{"audit verify: --jwks FILE and at least one audit FILE (oldest first) are required"}
 	}
-	data, err := os.ReadFile(*jwksFile)
+	data, err := os.ReadFile(jwksFile)
 	if err != nil {
 		return usageError{fmt.Sprintf("audit verify: %v", err)}
 	}
-	o := audit.VerifyOptions{Live: *live}
+	o := audit.VerifyOptions{Live: live}
 	if err := json.Unmarshal(data, &o.Keys); err != nil || len(o.Keys.Keys) == 0 {
-		return usageError{fmt.Sprintf("audit verify: %s is not a JWKS with a key (%v)", *jwksFile, err)}
+		return usageError{fmt.Sprintf("audit verify: %s is not a JWKS with a key (%v)", jwksFile, err)}
 	}
 	var inputs []audit.Input
-	for _, name := range fs.Args() {
+	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
 			return usageError{fmt.Sprintf("audit verify: %v", err)}
@@ -125,6 +105,6 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		end = fmt.Sprintf("live: %d lines after the last checkpoint not yet signed", rep.Pending)
 	}
 	fmt.Fprintf(stdout, "%s: verified: %d lines%s (last seq %d), %d checkpoints signed by %s; %s\n",
-		strings.Join(fs.Args(), ", "), rep.Lines, chains, rep.LastSeq, rep.Checkpoints, strings.Join(rep.KeyIDs, ", "), end)
+		strings.Join(files, ", "), rep.Lines, chains, rep.LastSeq, rep.Checkpoints, strings.Join(rep.KeyIDs, ", "), end)
 	return nil
 }

@@ -8,17 +8,16 @@ import (
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
-func digestCmd(args []string, stdout, _ io.Writer) error {
-	if len(args) != 1 {
-		return usageError{"digest: exactly one FILE is required"}
-	}
-	data, err := os.ReadFile(args[0])
+// digest prints the schema digest of each tool of the tools/list result,
+// or response, in file.
+func digest(file string, stdout io.Writer) error {
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("digest: %w", err)
 	}
 	tools, err := mcpparse.ToolsDigests(data)
 	if err != nil {
-		return fmt.Errorf("digest %s: %w", args[0], err)
+		return fmt.Errorf("digest %s: %w", file, err)
 	}
 	for _, t := range tools {
 		fmt.Fprintf(stdout, "%s %s\n", t.Name, t.Digest)

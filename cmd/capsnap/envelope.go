@@ -54,16 +54,9 @@ func serveJWKS(mux *http.ServeMux, keys *envelope.Keys) {
 	})
 }
 
-// keysCmd prints the JWKS of the envelope keys a configuration names: what
-// to hand the MCP servers' verifiers.
-func keysCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "jwks" {
-		return usageError{"keys: the subcommand jwks is required"}
-	}
-	path, err := configFlag("keys jwks", args[1:], stderr)
-	if err != nil {
-		return err
-	}
+// keysJWKS prints the JWKS of the envelope keys the configuration at path
+// names: what to hand the MCP servers' verifiers.
+func keysJWKS(path string, stdout io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err

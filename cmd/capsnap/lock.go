@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -23,33 +22,28 @@ import (
 // names none.
 const defaultLockfile = "capsnap.lock"
 
-// lockCmd writes the approvals lockfile from the live servers (as capsnap
+// lockOptions are lock's flags: out is "" for the default lockfile.
+type lockOptions struct {
+	config, out string
+	check       bool
+	timeout     time.Duration
+}
+
+// lock writes the approvals lockfile from the live servers (as capsnap
 // itself sees them, through the same sources serve uses), or with --check
 // compares the live servers with it, exiting 1 with the differences.
-func lockCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("lock", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "configuration file (YAML)")
-	out := fs.String("out", "", "lockfile to write, or with --check to compare with (default: the policy's lockfile, else "+defaultLockfile+" beside the config)")
-	check := fs.Bool("check", false, "compare the live tools with the lockfile instead of writing it; exit 1 when they differ")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long every server has to list its tools")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{"lock: " + err.Error()}
+func lock(o lockOptions, stdout io.Writer) error {
+	if o.config == "" {
+		return usageError{"lock: --config FILE is required"}
 	}
-	if *configPath == "" || fs.NArg() != 0 {
-		return usageError{"lock: --config FILE is required; no other arguments"}
+	if o.timeout <= 0 {
+		return usageError{fmt.Sprintf("lock: --timeout %s is not positive", o.timeout)}
 	}
-	if *timeout <= 0 {
-		return usageError{fmt.Sprintf("lock: --timeout %s is not positive", *timeout)}
-	}
-	cfg, err := config.Load(*configPath)
+	cfg, err := config.Load(o.config)
 	if err != nil {
 		return err
 	}
-	path := *out
+	path := o.out
 	if path == "" {
 		// The policy only says where the lockfile is; it is not loaded
 		// with it, so that the first lock can run before the file exists.
@@ -58,12 +52,12 @@ func lockCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if path = p.Lockfile(); path == "" {
-			path = filepath.Join(filepath.Dir(*configPath), defaultLockfile)
+			path = filepath.Join(filepath.Dir(o.config), defaultLockfile)
 		}
 	}
 
 	var locked *lockfile.Lock
-	if *check {
+	if o.check {
 		// Before asking any server: a missing lockfile needs no wait.
 		if locked, err = lockfile.Load(path); err != nil {
 			return err
@@ -72,11 +66,11 @@ func lockCmd(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signalContext()
 	defer stop()
-	live, err := liveTools(ctx, cfg, *timeout)
+	live, err := liveTools(ctx, cfg, o.timeout)
 	if err != nil {
 		return err
 	}
-	if !*check {
+	if !o.check {
 		if err := lockfile.Write(path, live); err != nil {
 			return err
 		}

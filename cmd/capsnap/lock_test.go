@@ -52,9 +52,9 @@ $`, "capsnap: lock --check: testdata/lock/capsnap.lock does not match the live t
 			`^$`, `tool "a" is listed twice`},
 		{"missing config", []string{"lock", "--config", "testdata/lock/nope.yaml"}, exitFailure, `^$`, "no such file"},
 		{"no config", []string{"lock"}, exitUsage, `^$`, "lock: --config FILE is required"},
-		{"stray argument", []string{"lock", "--config", "testdata/lock/lock.yaml", "now"}, exitUsage, `^$`, "no other arguments"},
+		{"stray argument", []string{"lock", "--config", "testdata/lock/lock.yaml", "now"}, exitUsage, `^$`, `lock: unexpected argument "now"`},
 		{"zero timeout", []string{"lock", "--config", "testdata/lock/lock.yaml", "--timeout", "0s"}, exitUsage, `^$`, "--timeout 0s is not positive"},
-		{"unknown flag", []string{"lock", "--config", "testdata/lock/lock.yaml", "--force"}, exitUsage, `^$`, "flag provided but not defined: -force"},
+		{"unknown flag", []string{"lock", "--config", "testdata/lock/lock.yaml", "--force"}, exitUsage, `^$`, "unknown flag: --force"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

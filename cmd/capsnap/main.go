@@ -1,18 +1,11 @@
 // Command capsnap is the capability-snapshot authorizer for MCP tool calls,
-// run as an Envoy ext_authz gRPC server.
-//
-//	capsnap serve --config FILE     run the server
-//	capsnap check --config FILE [--envoy FILE]   validate the config and policy, then exit
-//	capsnap digest FILE             print each tool's schema digest
-//	capsnap policy lint|explain|reload   work with the policy
-//	capsnap audit verify --jwks FILE AUDIT_FILE...   verify an audit trail
-//	capsnap version                 print the version
+// run as an Envoy ext_authz gRPC server. `capsnap help` lists its commands
+// (commands.go) and says what its exit codes mean.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,7 +17,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
-// Exit codes.
+// Exit codes, as rootLong documents them.
 const (
 	exitOK      = 0
 	exitFailure = 1
@@ -35,98 +28,79 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  capsnap serve --config FILE   run the ext_authz server
-  capsnap check --config FILE [--envoy FILE]
-                                validate config and policy, then exit; with --envoy, warn
-                                where that Envoy bootstrap would not send tools/list
-                                responses back to capsnap (the response path)
-  capsnap digest FILE           print "<name> sha256:<hex>" for each tool in a tools/list result
-  capsnap lock --config FILE [--out PATH] [--check] [--timeout 30s]   write (or --check) the approvals lockfile
-  capsnap policy lint FILE      check a policy file
-  capsnap policy explain --policy FILE --principal P --server S --tool T [--args JSON]
-                                print the decision and why
-  capsnap policy reload [--config FILE] [--admin ADDR] [--token-file FILE] [--allow-loosening]
-                                ask a running capsnap to reload its policy
-  capsnap keys jwks --config FILE
-                                print the JWKS of the envelope keys, for the MCP servers' verifiers
-  capsnap audit verify --jwks FILE [--live] AUDIT_FILE...
-                                verify an audit trail: its chain, signed checkpoints and end
-                                (exit 0 verified, 1 not, 2 usage)
-  capsnap version               print the version
-`
-
+// run runs the command line args and returns its exit code. A command that
+// ran and failed, or answered no, exits 1; cobra's own errors (an unknown
+// command or flag, arguments the command does not take) come before any
+// command runs and, like a usageError from one that did, exit 2.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
-	}
-	var err error
-	switch args[0] {
-	case "serve":
-		err = serveCmd(args[1:], stdout, stderr)
-	case "check":
-		err = checkCmd(args[1:], stdout, stderr)
-	case "digest":
-		err = digestCmd(args[1:], stdout, stderr)
-	case "lock":
-		err = lockCmd(args[1:], stdout, stderr)
-	case "policy":
-		err = policyCmd(args[1:], stdout, stderr)
-	case "keys":
-		err = keysCmd(args[1:], stdout, stderr)
-	case "audit":
-		err = auditCmd(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "capsnap", versionString())
+	root, ran := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	c, err := root.ExecuteC()
+	if err == nil {
 		return exitOK
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "capsnap: unknown command %q\n%s", args[0], usage)
-		return exitUsage
 	}
+	fmt.Fprintln(stderr, "capsnap:", err)
 	var ue usageError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stderr, "capsnap:", err)
-		return exitUsage
-	default:
-		fmt.Fprintln(stderr, "capsnap:", err)
+	if *ran && !errors.As(err, &ue) {
 		return exitFailure
 	}
+	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", c.CommandPath())
+	return exitUsage
 }
 
+// usageError is a command line the command cannot run: exit 2.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
-
-func configFlag(name string, args []string, stderr io.Writer) (string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "configuration file (YAML)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if *path == "" || fs.NArg() != 0 {
-		return "", usageError{name + ": exactly --config FILE is required"}
-	}
-	return *path, nil
-}
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// versionString is what `capsnap version` prints after "capsnap ".
 func versionString() string {
-	if version != "" {
-		return version
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion is the version the build set (-X main.version), else the
+// module's: a pseudo-version for a build from a checkout since Go 1.24,
+// "(devel)" where the go command could not tell; then, when it stamped it
+// (-buildvcs), the commit it was built from: its revision, its time, and
+// "modified" if the work tree had changes. A "(devel)" build is only as
+// identifiable as its revision.
+func formatVersion(set string, bi *debug.BuildInfo) string {
+	v := set
+	if v == "" && bi != nil {
+		v = bi.Main.Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if v == "" {
+		v = "(devel)"
 	}
-	return "(devel)"
+	if bi == nil {
+		return v
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	v += " rev " + rev
+	if at != "" {
+		v += " " + at
+	}
+	if modified {
+		v += " modified"
+	}
+	return v
 }

@@ -2,31 +2,52 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
 func TestCommands(t *testing.T) {
-	tests := []struct {
+	type commandTest struct {
 		name   string
 		args   []string
 		code   int
 		stdout string // regexp
 		stderr string // substring
-	}{
-		{"no args", nil, exitUsage, "", "usage:"},
+	}
+	tests := []commandTest{
+		{"no args", nil, exitUsage, "", "Usage:\n  capsnap [flags]\n  capsnap [command]\n"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
-		{"version", []string{"version"}, exitOK, `^capsnap \S+\n$`, ""},
+		{"misspelt command", []string{"serv", "--config", "testdata/ok.yaml"}, exitUsage, "", "unknown command \"serv\" for \"capsnap\"\n\nDid you mean this?\n\tserve\n"},
+		{"unknown flag", []string{"--frobnicate"}, exitUsage, "", "unknown flag: --frobnicate"},
+		{"unknown flag of a command", []string{"check", "--config", "testdata/ok.yaml", "--strict"}, exitUsage, "", "unknown flag: --strict\nRun 'capsnap check --help' for usage."},
+		{"unknown flag of a subcommand", []string{"policy", "lint", "--fix", "testdata/seed-policy.yaml"}, exitUsage, "", "unknown flag: --fix"},
+		{"flag without its value", []string{"check", "--config"}, exitUsage, "", "flag needs an argument: --config"},
+		{"extra argument", []string{"check", "--config", "testdata/ok.yaml", "now"}, exitUsage, "", `check: unexpected argument "now"`},
+		{"help on an unknown command", []string{"help", "frobnicate"}, exitUsage, "", `help: unknown command "frobnicate"`},
+		{"help", []string{"help"}, exitOK, `(?s)^capsnap authorizes MCP tool calls.*Exit codes:\n  0  ok.*\n  1  a negative answer.*\n  2  usage.*Available Commands:.*completion`, ""},
+		{"version", []string{"version"}, exitOK, `^capsnap \S+( rev [0-9a-f]+.*)?\n$`, ""},
+		{"--version", []string{"--version"}, exitOK, `^capsnap \S+( rev [0-9a-f]+.*)?\n$`, ""},
+		{"version with an argument", []string{"version", "now"}, exitUsage, "", `version: unexpected argument "now"`},
+		{"completion bash", []string{"completion", "bash"}, exitOK, `(?s)^# bash completion V2 for capsnap.*complete -o default -F __start_capsnap capsnap`, ""},
+		{"completion zsh", []string{"completion", "zsh"}, exitOK, `^#compdef capsnap\n`, ""},
+		{"completion fish", []string{"completion", "fish"}, exitOK, `(?s)complete -c capsnap `, ""},
+		{"completion powershell", []string{"completion", "powershell"}, exitOK, `(?s)Register-ArgumentCompleter .*capsnap`, ""},
+		{"completion of an unknown shell", []string{"completion", "tcsh"}, exitUsage, "", `completion: unknown subcommand "tcsh"`},
+		{"completion without a shell", []string{"completion"}, exitUsage, "", "completion: the subcommand bash, fish, powershell or zsh is required"},
 		{"check ok", []string{"check", "--config", "testdata/ok.yaml"}, exitOK, `testdata/ok.yaml: ok \(1 servers, policy sha256:[0-9a-f]{64}\)`, ""},
 		{"check without config", []string{"check"}, exitUsage, "", "exactly --config FILE is required"},
 		{"check the shipped envoy", []string{"check", "--config", "testdata/ok.yaml", "--envoy", "../../envoy/demo.yaml"}, exitOK,
@@ -48,13 +69,18 @@ func TestCommands(t *testing.T) {
 		{"digest response", []string{"digest", "testdata/response.json"}, exitOK, `^refund sha256:[0-9a-f]{64}\n$`, ""},
 		{"digest duplicate", []string{"digest", "testdata/dup-tools.json"}, exitFailure, "", "both named"},
 		{"digest no file", []string{"digest"}, exitUsage, "", "exactly one FILE"},
+		{"digest two files", []string{"digest", "testdata/tools.json", "testdata/response.json"}, exitUsage, "", "exactly one FILE"},
 		{"keys jwks", []string{"keys", "jwks", "--config", "testdata/envelope.yaml"}, exitOK, `^\{"keys":\[\{"use":"sig","kty":"OKP","kid":"[A-Za-z0-9_-]{43}","crv":"Ed25519","alg":"EdDSA","x":"[A-Za-z0-9_-]{43}"\}\]\}\n$`, ""},
 		{"keys jwks without envelope keys", []string{"keys", "jwks", "--config", "testdata/ok.yaml"}, exitFailure, "", "names no envelope.key_files"},
 		{"keys without subcommand", []string{"keys"}, exitUsage, "", "the subcommand jwks is required"},
+		{"keys jwks without config", []string{"keys", "jwks"}, exitUsage, "", "keys jwks: exactly --config FILE is required"},
 		{"check envelope keys", []string{"check", "--config", "testdata/envelope.yaml"}, exitOK, `ok \(1 servers`, ""},
 		{"check a grant key", []string{"check", "--config", "testdata/grant.yaml"}, exitOK, `ok \(1 servers`, ""},
 		{"check a grant key that is not a public key", []string{"check", "--config", "testdata/grant-private-key.yaml"}, exitFailure, "", `servers[0].grant_key_file: envelope: testdata/not-a-public-key.pem: want a PEM "PUBLIC KEY"`},
-		{"policy without subcommand", []string{"policy"}, exitUsage, "", "lint, explain or reload is required"},
+		{"policy without subcommand", []string{"policy"}, exitUsage, "", "explain, lint or reload is required"},
+		{"policy unknown subcommand", []string{"policy", "explian", "--policy", "testdata/seed-policy.yaml"}, exitUsage, "", `policy: unknown subcommand "explian"; did you mean explain?`},
+		{"policy with a flag, no subcommand", []string{"policy", "--policy", "testdata/seed-policy.yaml"}, exitUsage, "", "policy: the subcommand explain, lint or reload is required"},
+		{"policy lint no file", []string{"policy", "lint"}, exitUsage, "", "policy lint: exactly one FILE is required"},
 		{"policy lint", []string{"policy", "lint", "testdata/seed-policy.yaml"}, exitOK, `seed-policy.yaml: ok \(policy sha256:[0-9a-f]{64}, 0 warnings\)`, ""},
 		{"policy lint invalid", []string{"policy", "lint", "testdata/broken-policy.yaml"}, exitFailure, "", `unknown effect class "superuser"`},
 		{"policy explain allowed", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
@@ -62,9 +88,24 @@ func TestCommands(t *testing.T) {
 			"--args", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`}, exitOK, `(?s)money_move.*usd_cap_250.*holds`, ""},
 		{"policy explain over the cap", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
 			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund",
-			"--args", `{"order_id":"A-100","amount":250.01,"reason_code":"duplicate_charge"}`}, exitOK, `(?s)usd_cap_250.*(does not hold|violat)`, ""},
+			"--args", `{"order_id":"A-100","amount":250.01,"reason_code":"duplicate_charge"}`}, exitFailure, `(?s)usd_cap_250.*DOES NOT HOLD.*denied \(constraint_violation\): usd_cap_250\n$`,
+			`policy explain: DENIED (constraint_violation: constraint "usd_cap_250" does not hold`},
+		{"policy explain, constraints not evaluated", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund"}, exitOK,
+			`(?s)usd_cap_250.*not evaluated, no arguments given.*granted; its constraints decide each call\n$`, ""},
+		{"policy explain, an argument missing", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund",
+			"--args", `{"order_id":"A-100","amount":40}`}, exitFailure, `denied \(constraint_violation\): reason_allowlist\n$`,
+			`policy explain: DENIED (constraint_violation: constraint "reason_allowlist" could not be evaluated`},
 		{"policy explain not granted", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
-			"--principal", "spiffe://acme/agent/support-readonly", "--server", "billing", "--tool", "refund"}, exitOK, `denied \(tool_not_granted\): it is in no grant`, ""},
+			"--principal", "spiffe://acme/agent/support-readonly", "--server", "billing", "--tool", "refund"}, exitFailure,
+			`denied \(tool_not_granted\): it is in no grant\n$`, "policy explain: DENIED (tool_not_granted: "},
+		{"policy explain, no principal rule", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/stranger", "--server", "billing", "--tool", "refund"}, exitFailure,
+			`denied \(tool_not_granted\): no principal rule matches\n$`, "policy explain: DENIED (tool_not_granted: "},
+		{"policy explain unclassified", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
+			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "drop_tables"}, exitFailure,
+			`denied \(unclassified_tool\)\n$`, "policy explain: DENIED (unclassified_tool: "},
 		{"policy explain bad args", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
 			"--principal", "p", "--server", "billing", "--tool", "refund", "--args", "[1]"}, exitUsage, "", "--args is not a JSON object"},
 		{"policy explain missing flags", []string{"policy", "explain", "--tool", "refund"}, exitUsage, "", "are required"},
@@ -92,6 +133,20 @@ func TestCommands(t *testing.T) {
 		{"audit verify missing file", verifyArgs(auditData + "nope.jsonl"), exitUsage, "", "no such file"},
 		{"audit verify jwks not a JWKS", []string{"audit", "verify", "--jwks", auditData + "trail.jsonl", auditData + "trail.jsonl"}, exitUsage, "", "is not a JWKS"},
 	}
+	// --help, -h and help on every command and subcommand: its usage and
+	// its examples, on stdout.
+	root, _ := newRootCmd(io.Discard, io.Discard)
+	for _, c := range allCommands(root) {
+		path := strings.Fields(c.CommandPath())[1:]
+		want := `(?s)Usage:\n  ` + regexp.QuoteMeta(c.CommandPath()) + `\b.*\nExamples:\n  \S`
+		for _, args := range [][]string{
+			slices.Concat(path, []string{"--help"}),
+			slices.Concat(path, []string{"-h"}),
+			slices.Concat([]string{"help"}, path),
+		} {
+			tests = append(tests, commandTest{strings.Join(args, " "), args, exitOK, want, ""})
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -107,6 +162,16 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allCommands is root and every command under it, as cobra has them
+// before it runs: help and completion included.
+func allCommands(root *cobra.Command) []*cobra.Command {
+	out := []*cobra.Command{root}
+	for _, c := range root.Commands() {
+		out = append(out, allCommands(c)...)
+	}
+	return out
 }
 
 // The digest command and the library agree, and a whole response and its
@@ -148,5 +213,44 @@ func TestAdminPprof(t *testing.T) {
 				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, rec.Code, want)
 			}
 		}
+	}
+}
+
+// The version names the commit when the go command stamped one, and is
+// the set or module version alone when it did not.
+func TestFormatVersion(t *testing.T) {
+	stamped := func(v string, settings ...debug.BuildSetting) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Settings: settings}
+		bi.Main.Version = v
+		return bi
+	}
+	rev := debug.BuildSetting{Key: "vcs.revision", Value: "45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012"}
+	at := debug.BuildSetting{Key: "vcs.time", Value: "2026-12-05T06:00:00Z"}
+	tests := []struct {
+		name string
+		set  string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build info", "", nil, "(devel)"},
+		{"set, no build info", "v1.4.0", nil, "v1.4.0"},
+		{"a checkout, not stamped", "", stamped("(devel)"), "(devel)"},
+		{"a checkout", "", stamped("(devel)", debug.BuildSetting{Key: "vcs", Value: "git"}, rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "false"}),
+			"(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z"},
+		{"a modified checkout", "", stamped("(devel)", rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "true"}),
+			"(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z modified"},
+		{"a checkout, Go 1.24's pseudo-version", "", stamped("v0.0.0-20261205060000-45bf4dd1b2c3+dirty", rev, at, debug.BuildSetting{Key: "vcs.modified", Value: "true"}),
+			"v0.0.0-20261205060000-45bf4dd1b2c3+dirty rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z modified"},
+		{"a revision without a time", "", stamped("(devel)", rev), "(devel) rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012"},
+		{"go install of a release", "", stamped("v1.4.0"), "v1.4.0"},
+		{"set by -X, and stamped", "v1.4.0-rc1", stamped("(devel)", rev, at), "v1.4.0-rc1 rev 45bf4dd1b2c3d4e5f60718293a4b5c6d7e8f9012 2026-12-05T06:00:00Z"},
+		{"no module version", "", stamped(""), "(devel)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := formatVersion(tt.set, tt.bi); got != tt.want {
+				t.Errorf("formatVersion = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,67 +14,78 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
-func policyCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"policy: lint, explain or reload is required"}
-	}
-	switch args[0] {
-	case "lint":
-		return policyLint(args[1:], stdout)
-	case "explain":
-		return policyExplain(args[1:], stdout, stderr)
-	case "reload":
-		return policyReload(args[1:], stdout, stderr)
-	default:
-		return usageError{fmt.Sprintf("policy: unknown subcommand %q", args[0])}
-	}
-}
-
 // policyLint validates a policy file and prints its warnings; errors fail.
-func policyLint(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return usageError{"policy lint: exactly one FILE is required"}
-	}
-	p, err := policy.Load(args[0])
+func policyLint(file string, stdout io.Writer) error {
+	p, err := policy.Load(file)
 	if err != nil {
 		return err
 	}
 	warnings := policy.Lint(p)
 	for _, w := range warnings {
-		fmt.Fprintf(stdout, "%s: warning: %s\n", args[0], w)
+		fmt.Fprintf(stdout, "%s: warning: %s\n", file, w)
 	}
-	fmt.Fprintf(stdout, "%s: ok (policy %s, %d warnings)\n", args[0], p.Digest(), len(warnings))
+	fmt.Fprintf(stdout, "%s: ok (policy %s, %d warnings)\n", file, p.Digest(), len(warnings))
 	return nil
 }
 
-func policyExplain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("policy explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("policy", "", "policy file")
-	principal := fs.String("principal", "", "principal (SPIFFE ID or JWT subject)")
-	server := fs.String("server", "", "server_id")
-	tool := fs.String("tool", "", "tool name")
-	rawArgs := fs.String("args", "", "tool arguments as a JSON object (optional)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *file == "" || *principal == "" || *server == "" || *tool == "" || fs.NArg() != 0 {
+// explainOptions are policy explain's flags.
+type explainOptions struct {
+	file, principal, server, tool string
+	args                          string // JSON object, or "" for none
+}
+
+// policyExplain prints the policy's decision on a call and why, and fails
+// with errDenied when it is a denial.
+func policyExplain(o explainOptions, stdout io.Writer) error {
+	if o.file == "" || o.principal == "" || o.server == "" || o.tool == "" {
 		return usageError{"policy explain: --policy, --principal, --server and --tool are required"}
 	}
-	p, err := policy.Load(*file)
+	p, err := policy.Load(o.file)
 	if err != nil {
 		return err
 	}
 	var callArgs map[string]any
-	if *rawArgs != "" {
-		if err := json.Unmarshal([]byte(*rawArgs), &callArgs); err != nil {
+	if o.args != "" {
+		if err := json.Unmarshal([]byte(o.args), &callArgs); err != nil {
 			return usageError{fmt.Sprintf("policy explain: --args is not a JSON object: %v", err)}
 		}
 	}
-	for _, line := range p.Explain(*principal, *server, *tool, callArgs) {
+	for _, line := range p.Explain(o.principal, o.server, o.tool, callArgs) {
 		fmt.Fprintln(stdout, line)
 	}
+	return explainedDenial(p, o.principal, o.server, o.tool, callArgs)
+}
+
+// errDenied is policy explain's answer when the call is denied, once it
+// has said why.
+var errDenied = errors.New("policy explain: DENIED")
+
+// explainedDenial is errDenied, with the reason, if the policy denies the
+// call Explain explained: the decision taken as serve takes it, not read
+// back from the explanation's words. Without args the constraints are not
+// evaluated, and a call granted on them is not a denial.
+func explainedDenial(p *policy.Policy, principal, server, tool string, args map[string]any) error {
+	d, err := p.Decide(principal, server, tool)
+	if err != nil {
+		return fmt.Errorf("%w (%w)", errDenied, err)
+	}
+	if args == nil {
+		return nil
+	}
+	in := policy.Input{Args: args, Principal: principal, Server: server, Tool: tool}
+	for _, c := range d.Constraints {
+		if err := c.CheckInput(in); err != nil {
+			return fmt.Errorf("%w (%w)", errDenied, err)
+		}
+	}
 	return nil
+}
+
+// reloadOptions are policy reload's flags; admin and tokenFile are "" when
+// not given.
+type reloadOptions struct {
+	admin, tokenFile, config string
+	loosen                   bool
 }
 
 // policyReload asks a running capsnap to reload its policy; only this
@@ -83,40 +93,29 @@ func policyExplain(args []string, stdout, stderr io.Writer) error {
 // --config it reads capsnap's own configuration for where to ask
 // (admin_addr, on loopback if it listens on every interface) and the token
 // to ask with (admin.token_file); --admin and --token-file override it.
-func policyReload(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("policy reload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	admin := fs.String("admin", config.Default().AdminAddr, "capsnap's admin_addr")
-	tokenFile := fs.String("token-file", "", "the file holding capsnap's admin token (admin.token_file)")
-	configPath := fs.String("config", "", "capsnap's configuration file, for admin_addr and admin.token_file")
-	loosen := fs.Bool("allow-loosening", false, "put the new policy in force even if it loosens the one in force")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usageError{"policy reload: no arguments besides flags"}
-	}
-	if *configPath != "" {
-		cfg, err := config.Load(*configPath)
+func policyReload(o reloadOptions, stdout io.Writer) error {
+	if o.config != "" {
+		cfg, err := config.Load(o.config)
 		if err != nil {
 			return err
 		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["admin"] {
-			*admin = loopbackIfUnspecified(cfg.AdminAddr)
+		if o.admin == "" {
+			o.admin = loopbackIfUnspecified(cfg.AdminAddr)
 		}
-		if !set["token-file"] {
-			*tokenFile = cfg.Admin.TokenFile
+		if o.tokenFile == "" {
+			o.tokenFile = cfg.Admin.TokenFile
 		}
 	}
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/policy/reload?allow_loosening=%t", *admin, *loosen), strings.NewReader("{}"))
+	if o.admin == "" {
+		o.admin = config.Default().AdminAddr
+	}
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/policy/reload?allow_loosening=%t", o.admin, o.loosen), strings.NewReader("{}"))
 	if err != nil {
-		return usageError{fmt.Sprintf("policy reload: --admin %q: %v", *admin, err)}
+		return usageError{fmt.Sprintf("policy reload: --admin %q: %v", o.admin, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if *tokenFile != "" {
-		tok, err := config.Admin{TokenFile: *tokenFile}.ReadToken()
+	if o.tokenFile != "" {
+		tok, err := config.Admin{TokenFile: o.tokenFile}.ReadToken()
 		if err != nil {
 			return fmt.Errorf("policy reload: %w", err)
 		}

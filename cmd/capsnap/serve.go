@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -44,18 +43,11 @@ var healthServices = []string{"", authv3.Authorization_ServiceDesc.ServiceName, 
 // shutdownGrace bounds how long in-flight Checks may take to finish.
 const shutdownGrace = 10 * time.Second
 
-func checkCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "configuration file (YAML)")
-	envoyPath := fs.String("envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" || fs.NArg() != 0 {
-		return usageError{"check: exactly --config FILE is required, and --envoy FILE is optional"}
-	}
-	cfg, err := config.Load(*path)
+// check validates the configuration at path, and everything it names,
+// the way serve loads them; and the Envoy bootstrap at envoyPath, if any
+// (checkEnvoy).
+func check(path, envoyPath string, stdout, stderr io.Writer) error {
+	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
@@ -80,11 +72,11 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := newHop(cfg, zerolog.Nop()); err != nil {
 		return err
 	}
-	envoyNote, err := checkEnvoy(cfg, *envoyPath, stderr)
+	envoyNote, err := checkEnvoy(cfg, envoyPath, stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s)\n", *path, len(cfg.Servers), rules.Policy.Digest(), envoyNote)
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), envoyNote)
 	return nil
 }
 
@@ -125,11 +117,9 @@ func checkEnvoy(cfg config.Config, path string, stderr io.Writer) (string, error
 // another. bench/noop, the floor, runs the same.
 const streamWorkers = 64
 
-func serveCmd(args []string, stdout, stderr io.Writer) error {
-	path, err := configFlag("serve", args, stderr)
-	if err != nil {
-		return err
-	}
+// serve runs capsnap with the configuration at path until SIGINT or
+// SIGTERM: the audit trail on stdout unless audit.path, the log on stderr.
+func serve(path string, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capsnap/capsnap/config"
+)
+
+// The command line, on github.com/spf13/cobra. Each command only reads its
+// flags and arguments and calls the function that does its work, beside
+// the rest of that work (serve.go, lock.go, policy.go, ...).
+
+const rootLong = `capsnap authorizes MCP tool calls as an Envoy ext_authz and ext_proc gRPC
+server (capsnap serve), against the tools each MCP server listed and the
+policy; its other commands check a configuration, approve the live tools,
+explain the policy and verify the audit trail.
+
+Exit codes:
+  0  ok: the command did its work and the answer is yes
+  1  a negative answer, or a failure: check found the configuration invalid,
+     policy explain denied the call, audit verify did not verify the trail,
+     lock --check found the lockfile out of date, or a command could not do
+     its work (a file that does not load, a server that does not answer)
+  2  usage: an unknown command or flag, a missing or extra argument (and for
+     audit verify, an input it cannot read)`
+
+// newRootCmd is the capsnap command with every subcommand, writing to
+// stdout and stderr. ran is set once a command has passed cobra's checks
+// of its command line and runs.
+func newRootCmd(stdout, stderr io.Writer) (root *cobra.Command, ran *bool) {
+	ran = new(bool)
+	root = &cobra.Command{
+		Use:     "capsnap",
+		Short:   "The capability-snapshot authorizer for MCP tool calls",
+		Long:    rootLong,
+		Version: versionString(),
+		Example: `  capsnap serve --config capsnap.yaml
+  capsnap check --config capsnap.yaml --envoy envoy.yaml
+  capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support --server billing --tool refund
+  capsnap help policy explain`,
+		// No Args: cobra's own check for an unknown command then comes
+		// before it parses any flag, so that `capsnap serv --config x` is
+		// an unknown command "serv" (did you mean serve?), not an unknown
+		// flag --config.
+		RunE: func(c *cobra.Command, _ []string) error {
+			fmt.Fprint(c.ErrOrStderr(), c.UsageString())
+			return usageError{"a command is required"}
+		},
+		PersistentPreRun: func(*cobra.Command, []string) { *ran = true },
+		SilenceErrors:    true,
+		SilenceUsage:     true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("capsnap {{.Version}}\n")
+	root.AddCommand(
+		newServeCmd(), newCheckCmd(), newDigestCmd(), newLockCmd(),
+		newPolicyCmd(), newKeysCmd(), newAuditCmd(), newVersionCmd(),
+	)
+	// cobra adds help and completion itself when it executes; added now,
+	// they get examples too, and help an exit code for an unknown topic.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  capsnap help\n  capsnap help policy explain"
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if _, rest, err := c.Root().Find(args); err != nil || len(rest) > 0 {
+					return usageError{fmt.Sprintf("help: unknown command %q", strings.Join(args, " "))}
+				}
+				show(c, args)
+				return nil
+			}
+		case "completion":
+			c.Example = "  source <(capsnap completion bash)\n  capsnap completion zsh > \"${fpath[1]}/_capsnap\""
+			for _, sh := range c.Commands() {
+				sh.Example = fmt.Sprintf("  capsnap completion %s > capsnap.%s", sh.Name(), sh.Name())
+			}
+			group(c)
+		}
+	}
+	return root, ran
+}
+
+// suggest is cobra's "did you mean" for a mistyped subcommand of c.
+func suggest(c *cobra.Command, typed string) string {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's default
+	}
+	if s := c.SuggestionsFor(typed); len(s) > 0 {
+		return "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return ""
+}
+
+// cmdName is c's command path without "capsnap ", for error messages.
+func cmdName(c *cobra.Command) string {
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+}
+
+// noArgs is cobra.NoArgs as a usage error.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("%s: unexpected argument %q; it takes only flags", cmdName(c), args[0])}
+	}
+	return nil
+}
+
+// group makes c a command that only holds subcommands: run bare, or with
+// one it does not have, it is a usage error saying which it has. Its own
+// flags are only --help: the others are a subcommand's, so that a
+// misspelt one, with its flags, is reported as a misspelt subcommand.
+func group(c *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	c.AddCommand(subs...)
+	c.FParseErrWhitelist.UnknownFlags = true
+	var names []string
+	for _, s := range c.Commands() {
+		names = append(names, s.Name())
+	}
+	required := names[len(names)-1]
+	if len(names) > 1 {
+		required = strings.Join(names[:len(names)-1], ", ") + " or " + required
+	}
+	c.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("%s: unknown subcommand %q%s", cmdName(c), args[0], suggest(c, args[0]))}
+		}
+		return nil
+	}
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return usageError{fmt.Sprintf("%s: the subcommand %s is required", cmdName(c), required)}
+	}
+	return c
+}
+
+func newServeCmd() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:                   "serve --config FILE",
+		DisableFlagsInUseLine: true,
+		Short:                 "Run the ext_authz and ext_proc gRPC server",
+		Long: `Run the ext_authz and ext_proc gRPC server and the admin listener, until
+SIGINT or SIGTERM; SIGHUP reloads the policy, never loosening it.`,
+		Example: "  capsnap serve --config /etc/capsnap/capsnap.yaml",
+		Args:    noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{"serve: exactly --config FILE is required"}
+			}
+			return serve(path, c.OutOrStdout(), c.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
+	return c
+}
+
+func newCheckCmd() *cobra.Command {
+	var path, envoyPath string
+	c := &cobra.Command{
+		Use:                   "check --config FILE [--envoy FILE]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Validate the configuration, policy and catalog files, then exit",
+		Long: `Validate the configuration, the policy and any catalog files without serving:
+exit 0 when they are valid, 1 when not. With --envoy and discovery.bind
+delivered, warn (still exit 0) where that Envoy bootstrap would not send
+tools/list responses back to capsnap (the response path).`,
+		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
+		Args:    noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{"check: exactly --config FILE is required, and --envoy FILE is optional"}
+			}
+			return check(path, envoyPath, c.OutOrStdout(), c.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
+	c.Flags().StringVar(&envoyPath, "envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
+	return c
+}
+
+func newDigestCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "digest FILE",
+		Short: `Print "<name> sha256:<hex>" for each tool of a tools/list result`,
+		Long: `Print "<name> sha256:<hex>", the schema digest, for each tool of a tools/list
+result or of a whole JSON-RPC response carrying one.`,
+		Example: "  capsnap digest tools.json",
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{"digest: exactly one FILE is required"}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return digest(args[0], c.OutOrStdout())
+		},
+	}
+}
+
+func newLockCmd() *cobra.Command {
+	var o lockOptions
+	c := &cobra.Command{
+		Use:                   "lock --config FILE [--out PATH] [--check] [--timeout 30s]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Write, or check, the approvals lockfile from the live servers",
+		Long: `Write the approvals lockfile from the tools the live servers list, as capsnap
+itself sees them; with --check, compare them with the lockfile instead and
+exit 1, printing the differences, when they differ.`,
+		Example: "  capsnap lock --config capsnap.yaml\n  capsnap lock --config capsnap.yaml --check",
+		Args:    noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return lock(o, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&o.config, "config", "", "configuration file (YAML)")
+	c.Flags().StringVar(&o.out, "out", "", "lockfile to write, or with --check to compare with (default: the policy's lockfile, else "+defaultLockfile+" beside the config)")
+	c.Flags().BoolVar(&o.check, "check", false, "compare the live tools with the lockfile instead of writing it; exit 1 when they differ")
+	c.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "how long every server has to list its tools")
+	return c
+}
+
+func newPolicyCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:     "policy",
+		Short:   "Lint a policy, explain its decisions, or reload it in a running capsnap",
+		Example: "  capsnap policy lint policy.yaml",
+	}, newPolicyLintCmd(), newPolicyExplainCmd(), newPolicyReloadCmd())
+}
+
+func newPolicyLintCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "lint FILE",
+		Short:   "Validate a policy file and print its warnings",
+		Example: "  capsnap policy lint policy.yaml",
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{"policy lint: exactly one FILE is required"}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return policyLint(args[0], c.OutOrStdout())
+		},
+	}
+}
+
+func newPolicyExplainCmd() *cobra.Command {
+	var o explainOptions
+	c := &cobra.Command{
+		Use:                   "explain --policy FILE --principal P --server S --tool T [--args JSON]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Print the policy's decision on a call, and why",
+		Long: `Print the policy's decision on a call, and why: which principal rule decides,
+the tool's effect class, the grant, and each constraint, evaluated over
+--args when they are given. Exit 0 when the call is allowed (or granted,
+its constraints not evaluated without --args), 1 when it is denied.`,
+		Example: `  capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support \
+    --server billing --tool refund --args '{"order_id":"A-100","amount":40}'`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return policyExplain(o, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&o.file, "policy", "", "policy file")
+	c.Flags().StringVar(&o.principal, "principal", "", "principal (SPIFFE ID or JWT subject)")
+	c.Flags().StringVar(&o.server, "server", "", "server_id")
+	c.Flags().StringVar(&o.tool, "tool", "", "tool name")
+	c.Flags().StringVar(&o.args, "args", "", "tool arguments as a JSON object (optional)")
+	return c
+}
+
+func newPolicyReloadCmd() *cobra.Command {
+	var o reloadOptions
+	c := &cobra.Command{
+		Use:                   "reload [--config FILE] [--admin ADDR] [--token-file FILE] [--allow-loosening]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Ask a running capsnap to reload its policy",
+		Long: `Ask a running capsnap, on its admin listener, to reload its policy. Only this
+command, with --allow-loosening, can put in force a policy that loosens the
+one in force. With --config it reads capsnap's configuration for where to
+ask (admin_addr) and the token to ask with (admin.token_file).`,
+		Example: "  capsnap policy reload --config /etc/capsnap/capsnap.yaml\n  capsnap policy reload --admin 127.0.0.1:9002 --allow-loosening",
+		Args:    noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return policyReload(o, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&o.admin, "admin", "", "capsnap's admin_addr (default: --config's, else "+config.Default().AdminAddr+")")
+	c.Flags().StringVar(&o.tokenFile, "token-file", "", "the file holding capsnap's admin token (default: --config's admin.token_file)")
+	c.Flags().StringVar(&o.config, "config", "", "capsnap's configuration file, for admin_addr and admin.token_file")
+	c.Flags().BoolVar(&o.loosen, "allow-loosening", false, "put the new policy in force even if it loosens the one in force")
+	return c
+}
+
+func newKeysCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:     "keys",
+		Short:   "Work with the envelope keys",
+		Example: "  capsnap keys jwks --config capsnap.yaml > jwks.json",
+	}, newKeysJWKSCmd())
+}
+
+func newKeysJWKSCmd() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:                   "jwks --config FILE",
+		DisableFlagsInUseLine: true,
+		Short:                 "Print the JWKS of the envelope keys, for the MCP servers' verifiers",
+		Example:               "  capsnap keys jwks --config capsnap.yaml > jwks.json",
+		Args:                  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{"keys jwks: exactly --config FILE is required"}
+			}
+			return keysJWKS(path, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
+	return c
+}
+
+func newAuditCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:     "audit",
+		Short:   "Work with the audit trail",
+		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl",
+	}, newAuditVerifyCmd())
+}
+
+func newAuditVerifyCmd() *cobra.Command {
+	var (
+		jwksFile string
+		live     bool
+	)
+	c := &cobra.Command{
+		Use:                   "verify --jwks FILE [--live] AUDIT_FILE...",
+		DisableFlagsInUseLine: true,
+		Short:                 "Verify an audit trail: its chain, signed checkpoints and end",
+		Long: `Verify an audit trail, its files oldest first: its chain, every checkpoint's
+signature against the JWKS, and that it ends with capsnap's shutdown
+checkpoint. Exit 0: verified; 1: not, with the first line removed, inserted
+or edited, or a truncated end; 2: usage, or a file that cannot be read.`,
+		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl.1 audit.jsonl\n  capsnap audit verify --jwks jwks.json --live audit.jsonl",
+		RunE: func(c *cobra.Command, args []string) error {
+			return auditVerify(jwksFile, live, args, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&jwksFile, "jwks", "", "the JWKS of the keys that sign checkpoints (capsnap keys jwks)")
+	c.Flags().BoolVar(&live, "live", false, "the trail is still being written: accept a tail younger than the checkpoint interval")
+	return c
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the commit capsnap was built from",
+		Long: `Print capsnap's version, then the commit it was built from when the go
+command stamped it: its revision, its time, and "modified" if the work tree
+had changes. capsnap --version prints the same.`,
+		Example: "  capsnap version",
+		Args:    noArgs,
+		Run: func(c *cobra.Command, _ []string) {
+			fmt.Fprintln(c.OutOrStdout(), "capsnap", versionString())
+		},
+	}
+}
