@@ -100,10 +100,12 @@ func (sc *screen) feed(chunk []byte, end bool) ([]byte, error) {
 		return chunk, nil
 	}
 	if sc.passing {
-		if mcpparse.MayName(append(sc.tail, chunk...), "tools") {
+		seen := append(sc.tail, chunk...)
+		if mcpparse.MayName(seen, "tools") {
 			return nil, status.Error(codes.PermissionDenied, "extproc: a response over discovery.max_response_bytes goes on to name tools: it is cut off, never passed unscreened")
 		}
-		sc.tail = append(sc.tail[:0], chunk[max(len(chunk)-tailBytes, 0):]...)
+		// The last bytes of what passed, however short the chunks.
+		sc.tail = append(sc.tail[:0], seen[max(len(seen)-tailBytes, 0):]...)
 		return chunk, nil
 	}
 	sc.held = append(sc.held, chunk...)

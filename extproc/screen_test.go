@@ -129,6 +129,7 @@ func TestScreenedOverTheBound(t *testing.T) {
 		{"names tools past the bound", []string{strings.Repeat("x", 1100), "y", `"tools"`}},
 		{"a name across chunks", []string{strings.Repeat("x", 1100) + `"to`, `ols"`}},
 		{"a folded name", []string{strings.Repeat("x", 1100), "\"tool\u017f\""}},
+		{"a name a byte a chunk", []string{strings.Repeat("x", 1100), `"`, "t", "o", "o", "l", "s", `"`}},
 		{"tools within the held bytes", []string{`{"tools":` + strings.Repeat("x", 1100)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,6 +139,8 @@ func TestScreenedOverTheBound(t *testing.T) {
 			for _, c := range tt.chunks {
 				sendAll(t, s, screenedBody(c, false))
 			}
+			// The body ends, so that a stream never cut off ends too.
+			sendAll(t, s, screenedBody("", true))
 			var passed string
 			for {
 				resp, err := s.Recv()
@@ -147,8 +150,11 @@ func TestScreenedOverTheBound(t *testing.T) {
 					}
 					break
 				}
-				body, _ := streamed(t, resp)
+				body, end := streamed(t, resp)
 				passed += body
+				if end {
+					t.Fatalf("the stream ended uncut, having passed %q", passed)
+				}
 			}
 			if strings.Contains(passed, "tools") || strings.Contains(passed, "tool\u017f") || strings.Contains(passed, `"to`+`ols`) {
 				t.Fatalf("passed %q", passed)
