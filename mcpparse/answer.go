@@ -83,15 +83,27 @@ func AnyDocument(body []byte, sse bool, match func(doc []byte) bool) bool {
 // Unicode case folding (Go's encoding/json matches members so: "reſult"
 // is "result" to it), or a backslash, with which an escape could spell it.
 func MayName(b []byte, name string) bool {
-	if bytes.IndexByte(b, '\\') >= 0 {
-		return true
-	}
+	// Every event of every answer passes here: only a byte that could
+	// start the name (its first letter in either case, or any non-ASCII
+	// rune, which may fold to it) is looked at further.
+	first, upper := name[0], name[0]-'a'+'A'
 	for i := 0; i < len(b); {
-		if foldedPrefix(b[i:], name) {
+		switch c := b[i]; {
+		case c == '\\':
 			return true
+		case c >= utf8.RuneSelf:
+			if foldedPrefix(b[i:], name) {
+				return true
+			}
+			_, n := utf8.DecodeRune(b[i:])
+			i += n
+			continue
+		case c == first || c == upper:
+			if foldedPrefix(b[i:], name) {
+				return true
+			}
 		}
-		_, n := utf8.DecodeRune(b[i:])
-		i += n
+		i++
 	}
 	return false
 }
