@@ -114,6 +114,14 @@ func noArgs(c *cobra.Command, args []string) error {
 	return nil
 }
 
+// oneFile is the arguments of a command that reads one FILE.
+func oneFile(c *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return usageError{cmdName(c) + ": exactly one FILE is required"}
+	}
+	return nil
+}
+
 // group makes c a command that only holds subcommands: run bare, or with
 // one it does not have, it is a usage error saying which it has. Its own
 // flags are only --help: the others are a subcommand's, so that a
@@ -193,12 +201,7 @@ func newDigestCmd() *cobra.Command {
 		Long: `Print "<name> sha256:<hex>", the schema digest, for each tool of a tools/list
 result or of a whole JSON-RPC response carrying one.`,
 		Example: "  capsnap digest tools.json",
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageError{"digest: exactly one FILE is required"}
-			}
-			return nil
-		},
+		Args:    oneFile,
 		RunE: func(c *cobra.Command, args []string) error {
 			return digest(args[0], c.OutOrStdout())
 		},
@@ -240,12 +243,7 @@ func newPolicyLintCmd() *cobra.Command {
 		Use:     "lint FILE",
 		Short:   "Validate a policy file and print its warnings",
 		Example: "  capsnap policy lint policy.yaml",
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageError{"policy lint: exactly one FILE is required"}
-			}
-			return nil
-		},
+		Args:    oneFile,
 		RunE: func(c *cobra.Command, args []string) error {
 			return policyLint(args[0], c.OutOrStdout())
 		},
