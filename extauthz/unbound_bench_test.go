@@ -1,7 +1,6 @@
 package extauthz
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -13,16 +12,7 @@ import (
 // BenchmarkCheckList is the Check of a tools/list on the response path:
 // the live catalog, the store's sequence, the ticket sealed and watched.
 func BenchmarkCheckList(b *testing.B) {
-	f := deliveryFixture(b, "", discardAudit)
-	req := checkCase{Principal: support, Body: listBody}.request()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, _ := f.Check(ctx, req)
-		if resp.GetOkResponse() == nil {
-			b.Fatal("denied")
-		}
-	}
+	benchmarkCheck(b, deliveryFixture(b, "", discardAudit), checkCase{Principal: support, Body: listBody}.request())
 }
 
 // BenchmarkTicketWatch is what watching a listing costs the hot path: its
