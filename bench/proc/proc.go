@@ -1,15 +1,13 @@
 // Package proc reads a running process's CPU time and resident memory
-// from Linux's /proc, to charge a server for the requests it answered.
+// from Linux's /proc, through github.com/prometheus/procfs, to charge a
+// server for the requests it answered.
 package proc
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Tick is the unit of /proc/PID/stat's CPU times. Linux fixes it (USER_HZ)
@@ -21,37 +19,18 @@ const Tick = 10 * time.Millisecond
 
 // CPU is the user plus system CPU time pid has used so far, all its
 // threads together.
-func CPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func CPU(pid int) (time.Duration, error) { return cpuIn(procfs.DefaultMountPoint, pid) }
+
+func cpuIn(root string, pid int) (time.Duration, error) {
+	p, err := process(root, pid)
 	if err != nil {
 		return 0, fmt.Errorf("cpu time: %w", err)
 	}
-	return ParseStat(b)
-}
-
-// ParseStat reads utime + stime out of a /proc/PID/stat line.
-func ParseStat(b []byte) (time.Duration, error) {
-	// The command name, field 2, is in parentheses and may hold spaces
-	// and parentheses of its own: count fields from the last ')'.
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("cpu time: no command name in %q", b)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
 	}
-	fields := strings.Fields(string(b[end+1:]))
-	// fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-	const utime, stime = 14 - 3, 15 - 3
-	if len(fields) <= stime {
-		return 0, fmt.Errorf("cpu time: short stat line %q", b)
-	}
-	var ticks int64
-	for _, f := range []string{fields[utime], fields[stime]} {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("cpu time: %w", err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * Tick, nil
+	return time.Duration(st.UTime+st.STime) * Tick, nil
 }
 
 // Memory is a process's resident memory now (VmRSS) and at its peak
@@ -62,38 +41,27 @@ type Memory struct {
 }
 
 // ReadMemory reads pid's resident memory.
-func ReadMemory(pid int) (Memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func ReadMemory(pid int) (Memory, error) { return memoryIn(procfs.DefaultMountPoint, pid) }
+
+func memoryIn(root string, pid int) (Memory, error) {
+	p, err := process(root, pid)
 	if err != nil {
 		return Memory{}, fmt.Errorf("memory: %w", err)
 	}
-	return ParseStatus(b)
+	s, err := p.NewStatus()
+	if err != nil {
+		return Memory{}, fmt.Errorf("memory: %w", err)
+	}
+	if s.VmRSS == 0 || s.VmHWM == 0 {
+		return Memory{}, fmt.Errorf("memory: no VmRSS and VmHWM in /proc/%d/status", pid)
+	}
+	return Memory{RSS: int64(s.VmRSS), Peak: int64(s.VmHWM)}, nil
 }
 
-// ParseStatus reads VmRSS and VmHWM out of /proc/PID/status.
-func ParseStatus(b []byte) (Memory, error) {
-	var m Memory
-	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
-			continue
-		}
-		kb, ok := strings.CutSuffix(strings.TrimSpace(value), " kB")
-		n, err := strconv.ParseInt(kb, 10, 64)
-		if !ok || err != nil {
-			return Memory{}, fmt.Errorf("memory: %s is %q", key, value)
-		}
-		if key == "VmRSS" {
-			m.RSS = n << 10
-		} else {
-			m.Peak = n << 10
-		}
-		found++
+func process(root string, pid int) (procfs.Proc, error) {
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return procfs.Proc{}, err
 	}
-	if found != 2 {
-		return Memory{}, fmt.Errorf("memory: no VmRSS and VmHWM in /proc status")
-	}
-	return m, nil
+	return fs.Proc(pid)
 }

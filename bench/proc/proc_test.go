@@ -6,33 +6,30 @@ import (
 	"time"
 )
 
-func TestParseStat(t *testing.T) {
-	// A command name with a space and a parenthesis, as a process may
-	// name itself.
-	line := "4242 (we ird) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 37 0 0 20 0 9 0 100 1000000 2000 18446744073709551615\n"
-	got, err := ParseStat([]byte(line))
+// testdata/proc holds two processes as /proc shows them: 4242, whose
+// command name has a space and a parenthesis, as a process may name
+// itself; and 4243, whose stat line is cut short and whose status lacks
+// VmHWM.
+func TestCPUAndMemory(t *testing.T) {
+	got, err := cpuIn("testdata/proc", 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := 287 * Tick; got != want {
-		t.Fatalf("got %v, want %v", got, want)
+		t.Fatalf("cpu: got %v, want %v", got, want)
 	}
-	if _, err := ParseStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Fatal("parsed a short line")
-	}
-}
-
-func TestParseStatus(t *testing.T) {
-	status := "Name:\tcapsnap\nVmPeak:\t 1300 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t9\n"
-	m, err := ParseStatus([]byte(status))
+	m, err := memoryIn("testdata/proc", 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.RSS != 40<<20 || m.Peak != 50<<20 {
-		t.Fatalf("got %+v", m)
+		t.Fatalf("memory: got %+v", m)
 	}
-	if _, err := ParseStatus([]byte("Name:\tx\nVmRSS:\t1 kB\n")); err == nil {
-		t.Fatal("parsed a status without VmHWM")
+	if _, err := cpuIn("testdata/proc", 4243); err == nil {
+		t.Fatal("read the CPU time of a short stat line")
+	}
+	if _, err := memoryIn("testdata/proc", 4243); err == nil {
+		t.Fatal("read the memory of a status without VmHWM")
 	}
 }
 
