@@ -268,7 +268,7 @@ func (s *Server) readListing(head ResponseHead, body []byte, id json.RawMessage)
 		// 3xx's for the answer; TypeScript's puts a 500's body into the
 		// error its agent sees).
 		err = fmt.Errorf("a tools/list response with HTTP status %d carries a JSON-RPC result", head.Status)
-	case head.ContentEncoding != "" && !strings.EqualFold(head.ContentEncoding, "identity"):
+	case mcpparse.Encoded(head.ContentEncoding):
 		err = fmt.Errorf("the tools/list response is %s-encoded: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding)
 	default:
 		// Every delivered tool's digest is needed, withheld or not: a

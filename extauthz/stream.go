@@ -1,8 +1,6 @@
 package extauthz
 
 import (
-	"strings"
-
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 )
@@ -35,7 +33,7 @@ func (s *Server) Screen(serverID string, head ResponseHead, content []byte) []by
 	switch {
 	case !messages:
 		return content
-	case head.ContentEncoding != "" && !strings.EqualFold(strings.TrimSpace(head.ContentEncoding), "identity"):
+	case mcpparse.Encoded(head.ContentEncoding):
 		return withhold(nil, "a "+head.ContentEncoding+"-encoded answer, which could hold a tools/list result capsnap cannot read")
 	case sse:
 		out, _ := mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)

@@ -3,7 +3,6 @@ package extproc
 import (
 	"bytes"
 	"strconv"
-	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -44,7 +43,7 @@ type screen struct {
 // the body to come, when Envoy streams it in full duplex.
 func (s *Server) screenHeaders(head extauthz.ResponseHead, server string, body bool) (*screen, *extprocv3.ProcessingResponse) {
 	sse, messages := mcpparse.MessageMediaType(head.ContentType)
-	if body && messages && head.ContentEncoding != "" && !strings.EqualFold(strings.TrimSpace(head.ContentEncoding), "identity") {
+	if body && messages && mcpparse.Encoded(head.ContentEncoding) {
 		return nil, refusal(s.decider.Screen(server, head, nil), "capsnap_listing_unbound")
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}

@@ -26,7 +26,7 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 	if !ok {
 		return false
 	}
-	if contentEncoding != "" && !strings.EqualFold(strings.TrimSpace(contentEncoding), "identity") {
+	if Encoded(contentEncoding) {
 		return true
 	}
 	maxDepth = depthLimit(maxDepth)

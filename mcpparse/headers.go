@@ -9,13 +9,20 @@ import (
 	"github.com/capsnap/capsnap/deny"
 )
 
+// Encoded reports whether a Content-Encoding names a coding other than
+// identity: a body capsnap would have to decode to read as its reader will.
+func Encoded(contentEncoding string) bool {
+	ce := strings.TrimSpace(contentEncoding)
+	return ce != "" && !strings.EqualFold(ce, "identity")
+}
+
 // checkEntityHeaders makes sure the body Envoy delivered is the whole body,
 // in the form the server will read it.
 func checkEntityHeaders(h map[string]string, bodyLen int) error {
 	// capsnap reads the bytes as they are; a server that decompresses first
 	// reads something capsnap never saw.
-	if ce := strings.TrimSpace(h["content-encoding"]); ce != "" && !strings.EqualFold(ce, "identity") {
-		return deny.Errorf(deny.UnsupportedEncoding, "content-encoding %s: capsnap reads only uncompressed bodies", excerpt(ce))
+	if ce := h["content-encoding"]; Encoded(ce) {
+		return deny.Errorf(deny.UnsupportedEncoding, "content-encoding %s: capsnap reads only uncompressed bodies", excerpt(strings.TrimSpace(ce)))
 	}
 	if err := checkContentType(h["content-type"]); err != nil {
 		return err

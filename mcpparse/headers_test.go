@@ -167,3 +167,11 @@ func TestMessageName(t *testing.T) {
 		})
 	}
 }
+
+func TestEncoded(t *testing.T) {
+	for ce, want := range map[string]bool{"": false, "identity": false, " Identity ": false, "gzip": true, "br": true, "gzip, identity": true} {
+		if got := Encoded(ce); got != want {
+			t.Errorf("Encoded(%q) = %v, want %v", ce, got, want)
+		}
+	}
+}
