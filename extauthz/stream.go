@@ -36,9 +36,7 @@ func (s *Server) Screen(serverID string, head ResponseHead, content []byte) []by
 	case mcpparse.Encoded(head.ContentEncoding):
 		return withhold(nil, "a "+head.ContentEncoding+"-encoded answer, which could hold a tools/list result capsnap cannot read")
 	case sse:
-		out, _ := mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)
-		return out
+		return mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)
 	}
-	out, _ := mcpparse.WithholdListings(content, s.limits.MaxDepth, unbound)
-	return out
+	return mcpparse.WithholdListings(content, s.limits.MaxDepth, unbound)
 }

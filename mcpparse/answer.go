@@ -30,7 +30,7 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 		return true
 	}
 	maxDepth = depthLimit(maxDepth)
-	return AnyDocument(body, sse, func(doc []byte) bool {
+	return anyDocument(body, sse, func(doc []byte) bool {
 		if checkJSON(doc, maxDepth, true) != nil {
 			return MayName(doc, "result")
 		}
@@ -58,11 +58,11 @@ func MessageMediaType(contentType string) (sse, ok bool) {
 	return sse, sse || strings.Contains(ct, "json")
 }
 
-// AnyDocument reports whether match holds for some JSON document of body:
+// anyDocument reports whether match holds for some JSON document of body:
 // the body itself, or, for an event stream, the data of each event that
 // has any. A stream that cannot be split strictly into events is matched
 // whole, so that match sees every byte some client could read.
-func AnyDocument(body []byte, sse bool, match func(doc []byte) bool) bool {
+func anyDocument(body []byte, sse bool, match func(doc []byte) bool) bool {
 	if !sse {
 		return match(body)
 	}
@@ -142,13 +142,19 @@ func asciiFold(r rune) byte {
 // WithholdListings returns doc, one JSON-RPC document (a message or a
 // batch) that is not the answer to a tools/list capsnap admitted, with
 // every response some client could take for a tools/list result replaced
-// by withhold(id), and how many it replaced. id is the response's id, or
+// by withhold(id). id is the response's id, or
 // null where it has none. A response is a listing when its result is an
 // object with a member named tools up to case: a client matches it to its
 // pending tools/list by id, whatever stream it came on. A document that
 // cannot be read strictly but could name tools for some parser is
 // replaced whole, by withhold(null).
-func WithholdListings(doc []byte, maxDepth int, withhold func(id []byte) []byte) ([]byte, int) {
+func WithholdListings(doc []byte, maxDepth int, withhold func(id []byte) []byte) []byte {
+	out, _ := withholdListings(doc, maxDepth, withhold)
+	return out
+}
+
+// withholdListings is WithholdListings, and how many listings it replaced.
+func withholdListings(doc []byte, maxDepth int, withhold func(id []byte) []byte) ([]byte, int) {
 	if !MayName(doc, "tools") {
 		return doc, 0
 	}
@@ -219,15 +225,14 @@ func listingOf(msg []byte) (id []byte, listing bool, err error) {
 // gets withhold's error as its data instead. A body that is not a strict
 // event stream (a lone CR, an event with no blank line after it) but could
 // name tools is replaced whole, by one event with withhold(null).
-func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) []byte) ([]byte, int) {
+func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) []byte) []byte {
 	if !MayName(body, "tools") {
-		return body, 0
+		return body
 	}
 	events, err := ReadEventStream(body)
 	if err != nil {
-		return append(append([]byte("event: message\ndata: "), withhold(jsonNull)...), "\n\n"...), 1
+		return append(append([]byte("event: message\ndata: "), withhold(jsonNull)...), "\n\n"...)
 	}
-	n := 0
 	// From the last event back, so that each one's span in body still
 	// holds when it is replaced.
 	for i := len(events) - 1; i >= 0; i-- {
@@ -235,13 +240,11 @@ func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) [
 		if len(bytes.TrimSpace(e.Data)) == 0 {
 			continue
 		}
-		doc, k := WithholdListings(e.Data, maxDepth, withhold)
-		if k > 0 {
+		if doc, n := withholdListings(e.Data, maxDepth, withhold); n > 0 {
 			body = ReplaceData(body, e, doc)
-			n += k
 		}
 	}
-	return body, n
+	return body
 }
 
 // CompleteEvents returns the length of the longest prefix of b, the start

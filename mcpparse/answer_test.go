@@ -119,7 +119,7 @@ func FuzzWithholdListings(f *testing.F) {
 		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"withheld"}}`)
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		out, _ := WithholdListings(doc, 0, withhold)
+		out := WithholdListings(doc, 0, withhold)
 		type msg struct{ Result map[string]json.RawMessage }
 		check := func(m msg) {
 			for k := range m.Result {
