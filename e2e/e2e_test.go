@@ -256,9 +256,16 @@ func post(t *testing.T, s *testbed.Stack, principal, body string) (*http.Respons
 // postWith is post with extra headers, bounded in time.
 func postWith(t *testing.T, s *testbed.Stack, principal, body string, headers map[string]string) (*http.Response, []byte) {
 	t.Helper()
+	return postTo(t, s.MCPURL(), principal, body, headers)
+}
+
+// postTo is postWith to url, which may be a server's own, past Envoy (no
+// principal then).
+func postTo(t *testing.T, url, principal, body string, headers map[string]string) (*http.Response, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.MCPURL(), strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

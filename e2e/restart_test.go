@@ -31,11 +31,9 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -309,25 +307,8 @@ type restartAnswer struct {
 // Envoy, if set), as the SDK clients do, and returns the answer.
 func restartProbe(t *testing.T, url, session, version, principal string) restartAnswer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", session)
-	req.Header.Set("Mcp-Protocol-Version", version)
-	resp, err := testbed.HTTPClient(principal).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := postTo(t, url, principal, `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`,
+		map[string]string{"Mcp-Session-Id": session, "Mcp-Protocol-Version": version})
 	return restartAnswer{resp.StatusCode, resp.Header.Get("Content-Type"), body, resp.Header.Get("x-capsnap-reason")}
 }
 
