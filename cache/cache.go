@@ -171,7 +171,7 @@ type CallLog interface {
 // response path on any of them. Envoy may send a listing's Check to one
 // replica and its response to another; the replica that issued the ticket
 // asks here before it concludes that the response never came back
-// (extauthz/unbound.go). A store of one replica need not implement it.
+// (decide/unbound.go). A store of one replica need not implement it.
 type Redemptions interface {
 	// Redeem records each ticket (a short id the caller derives from it)
 	// as redeemed, for keep.

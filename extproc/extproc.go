@@ -2,11 +2,11 @@
 // (envoy.service.ext_proc.v3.ExternalProcessor) for every answer to a
 // request capsnap checked. The answer to a tools/list capsnap allowed,
 // whose Check left a listing ticket in the ext_authz filter's dynamic
-// metadata, goes whole to the decision (extauthz.Server.Deliver), which
+// metadata, goes whole to the decision (decide.Server.Deliver), which
 // mints the snapshot over exactly what the agent is delivered; Envoy gets
 // the response rewritten to exactly the pinned tools and the snapshot's
 // epoch, or a JSON-RPC error in its place. Every other answer goes to
-// extauthz.Server.Screen as it streams (screen.go), which withholds a
+// decide.Server.Screen as it streams (screen.go), which withholds a
 // listing on a stream not its own. It holds no decision of its own.
 //
 // Envoy sends it the response headers and the body either streamed in full
@@ -31,7 +31,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/decide"
 )
 
 // MetadataNamespace is where Envoy keeps the ext_authz filter's dynamic
@@ -41,15 +41,15 @@ import (
 const MetadataNamespace = "envoy.filters.http.ext_authz"
 
 // Decider decides a response: the decision core's response half,
-// extauthz.Server.Deliver for a tools/list's own answer and Screen for
+// decide.Server.Deliver for a tools/list's own answer and Screen for
 // every other, and the most of a response it reads whole.
 type Decider interface {
-	Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery
-	Screen(serverID string, head extauthz.ResponseHead, content []byte) []byte
+	Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery
+	Screen(serverID string, head decide.ResponseHead, content []byte) []byte
 	MaxResponseBytes() int
 }
 
-var _ Decider = (*extauthz.Server)(nil)
+var _ Decider = (*decide.Server)(nil)
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
@@ -65,7 +65,7 @@ func New(d Decider) *Server { return &Server{decider: d} }
 // Process serves one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	var (
-		head extauthz.ResponseHead
+		head decide.ResponseHead
 		// duplex says Envoy streams the body in full duplex, and body
 		// collects its chunks until the last.
 		duplex bool
@@ -188,7 +188,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 // deliver hands a whole response to the decider, under the listing ticket
 // the Check left in the ext_authz filter's metadata.
-func (s *Server) deliver(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
+func (s *Server) deliver(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte) *decide.Delivery {
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
 	return s.decider.Deliver(ticket, head, body)
 }
@@ -198,7 +198,7 @@ func (s *Server) deliver(req *extprocv3.ProcessingRequest, head extauthz.Respons
 // immediate response with the JSON-RPC error in the response's place.
 // atBody says which message is answered: Envoy takes an answer of the
 // other kind as a protocol error.
-func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
+func (s *Server) decide(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
 	out := s.deliver(req, head, body)
 	if out.Fail != nil {
 		return replaced(out)
@@ -218,7 +218,7 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 // the headers' answer, with the snapshot's headers, then the body's, the
 // whole body (ending the stream unless trailers follow); or, refused, the
 // JSON-RPC error in the response's place, which answers the whole stream.
-func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
+func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
 	out := s.deliver(req, head, body)
 	if out.Fail != nil {
 		return []*extprocv3.ProcessingResponse{replaced(out)}, true
@@ -262,7 +262,7 @@ const maxChunk = 64 << 10
 
 // replaced is the answer that puts a refusal's JSON-RPC error, status and
 // headers in the response's place.
-func replaced(out *extauthz.Delivery) *extprocv3.ProcessingResponse {
+func replaced(out *decide.Delivery) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(out.Status)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: headers(out.Headers)},
@@ -274,7 +274,7 @@ func replaced(out *extauthz.Delivery) *extprocv3.ProcessingResponse {
 // headerMutation sets a delivery's headers and strips the server's own
 // x-capsnap-* headers, which never reach the agent: only capsnap says
 // which snapshot a list was pinned under.
-func headerMutation(head extauthz.ResponseHead, out *extauthz.Delivery) *extprocv3.CommonResponse {
+func headerMutation(head decide.ResponseHead, out *decide.Delivery) *extprocv3.CommonResponse {
 	return &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
 		SetHeaders:    headers(out.Headers),
 		RemoveHeaders: head.CapsnapHeaders,
@@ -284,8 +284,8 @@ func headerMutation(head extauthz.ResponseHead, out *extauthz.Delivery) *extproc
 // responseHead reads what the decision needs of the response's headers.
 // Envoy sends each value as raw bytes (raw_value) or, in older versions, as
 // a string (value).
-func responseHead(hm *corev3.HeaderMap) extauthz.ResponseHead {
-	var h extauthz.ResponseHead
+func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
+	var h decide.ResponseHead
 	for _, kv := range hm.GetHeaders() {
 		v := string(kv.GetRawValue())
 		if v == "" {
@@ -299,7 +299,7 @@ func responseHead(hm *corev3.HeaderMap) extauthz.ResponseHead {
 			h.ContentType = v
 		case k == "content-encoding":
 			h.ContentEncoding = v
-		case strings.HasPrefix(k, extauthz.HeaderPrefix):
+		case strings.HasPrefix(k, decide.HeaderPrefix):
 			h.CapsnapHeaders = append(h.CapsnapHeaders, k)
 		}
 	}

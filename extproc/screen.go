@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -18,11 +18,11 @@ import (
 // it is known to carry no listing: an event stream event by event as each
 // one ends (progress and the GET stream's notifications stay timely), a
 // JSON body whole. What could carry a listing is never sent on before it
-// is screened whole (extauthz.Server.Screen).
+// is screened whole (decide.Server.Screen).
 type screen struct {
 	d      Decider
 	server string
-	head   extauthz.ResponseHead
+	head   decide.ResponseHead
 	// messages says a client reads the body as JSON-RPC, sse as an event
 	// stream; any other body passes as it comes.
 	messages, sse bool
@@ -41,7 +41,7 @@ type screen struct {
 // their x-capsnap-reason), but a body a client would read as JSON-RPC and
 // capsnap cannot (compressed) is refused whole. It returns the screen for
 // the body to come, when Envoy streams it in full duplex.
-func (s *Server) screenHeaders(head extauthz.ResponseHead, server string, body bool) (*screen, *extprocv3.ProcessingResponse) {
+func (s *Server) screenHeaders(head decide.ResponseHead, server string, body bool) (*screen, *extprocv3.ProcessingResponse) {
 	sse, messages := mcpparse.MessageMediaType(head.ContentType)
 	if body && messages && mcpparse.Encoded(head.ContentEncoding) {
 		return nil, refusal(s.decider.Screen(server, head, nil), "capsnap_listing_unbound")
@@ -66,7 +66,7 @@ func refusal(body []byte, details string) *extprocv3.ProcessingResponse {
 // screenBody answers a body chunk of an answer that is not a tools/list's
 // own: in full duplex, what of it is screened so far; buffered, the whole
 // body screened at once.
-func (s *Server) screenBody(sc *screen, head extauthz.ResponseHead, server string, chunk []byte, end bool) ([]*extprocv3.ProcessingResponse, error) {
+func (s *Server) screenBody(sc *screen, head decide.ResponseHead, server string, chunk []byte, end bool) ([]*extprocv3.ProcessingResponse, error) {
 	if sc != nil {
 		out, err := sc.feed(chunk, end)
 		return streamedBody(out, end), err

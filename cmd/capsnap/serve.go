@@ -30,6 +30,7 @@ import (
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
@@ -51,7 +52,7 @@ func check(path, envoyPath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	rules, err := decide.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 	}
 	defer closeAudit()
 
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	rules, err := decide.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The catalog reports changes to the server built on it below.
-	var srv *extauthz.Server
+	var srv *decide.Server
 	cat = catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
 		srv.CatalogChanged(id, prev, next, changed)
 	}})
@@ -173,7 +174,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.close()
-	srv, err = extauthz.New(extauthz.Options{
+	srv, err = decide.New(decide.Options{
 		Catalog:          cat,
 		Servers:          cat.Servers(),
 		Rules:            rules,
@@ -187,7 +188,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
 		Audit:            auditLog,
-		Metrics:          extauthz.NewMetrics(reg),
+		Metrics:          decide.NewMetrics(reg),
 		Envelope:         keys,
 		EnvelopeTTL:      cfg.Envelope.TTL,
 		Grants:           grants,
@@ -212,7 +213,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
 		grpc.ForceServerCodecV2(checkcodec.Codec{}),
 		grpc.NumStreamWorkers(streamWorkers))...)
-	authv3.RegisterAuthorizationServer(gs, srv)
+	authv3.RegisterAuthorizationServer(gs, extauthz.New(srv))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
 	// Envoy that health-checks its replicas sends a starting one no Check
@@ -284,7 +285,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 }
 
 // reloadOnHUP reloads the policy on SIGHUP, never loosening it.
-func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zerolog.Logger) {
+func reloadOnHUP(ctx context.Context, path string, srv *decide.Server, log zerolog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -293,12 +294,12 @@ func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zer
 		case <-ctx.Done():
 			return
 		case <-hup:
-			extauthz.LogReload(log, "SIGHUP", path, srv)
+			decide.LogReload(log, "SIGHUP", path, srv)
 		}
 	}
 }
 
-func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Server, policyFile string, profiling bool, log zerolog.Logger) *http.ServeMux {
+func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *decide.Server, policyFile string, profiling bool, log zerolog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	if profiling {
 		// Registered by hand: net/http/pprof's init only fills

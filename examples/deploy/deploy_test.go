@@ -41,7 +41,7 @@ import (
 )
 
 // knownMetrics is every metric family capsnap registers on /metrics, with
-// its type. It must match what capsnap registers (extauthz, catalog, cache
+// its type. It must match what capsnap registers (decide, catalog, cache
 // and cmd/capsnap); until the test of the metrics wiring scrapes the real
 // registry, this list is the contract the alerts and the dashboard are held
 // to. Replace it with that scrape, not with a second copy.
