@@ -69,6 +69,31 @@ type Config struct {
 	Debug Debug `yaml:"debug"`
 	// Envelope configures the signed envelope of allowed calls.
 	Envelope Envelope `yaml:"envelope"`
+	// Mode is ModeEnforce (the default) or ModeObserve, for every server
+	// whose own Mode is empty.
+	Mode string `yaml:"mode"`
+}
+
+// Enforcement modes.
+const (
+	// ModeEnforce answers every decision as it is made.
+	ModeEnforce = "enforce"
+	// ModeObserve makes, audits and counts every decision as ModeEnforce
+	// would, and enforces none: a request that would be denied passes, a
+	// tools/list response passes as the server sent it. For rolling
+	// capsnap out beside servers and agents already in use.
+	ModeObserve = "observe"
+)
+
+// Observed lists the servers in ModeObserve.
+func (c Config) Observed() []string {
+	var ids []string
+	for _, s := range c.Servers {
+		if s.Mode == ModeObserve || (s.Mode == "" && c.Mode == ModeObserve) {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
 
 // Envelope configures the signed envelope capsnap sends the MCP server on
@@ -154,6 +179,8 @@ type Server struct {
 	// which only this server can decrypt; without it, each call's envelope
 	// is signed whole (docs/ENVELOPE.md).
 	GrantKeyFile string `yaml:"grant_key_file"`
+	// Mode overrides the top-level mode for this server.
+	Mode string `yaml:"mode"`
 }
 
 // ClientCapabilityNames are the client capabilities capsnap can declare.
@@ -346,6 +373,7 @@ func Default() Config {
 		Catalog:   Catalog{MaxAge: 2 * time.Minute},
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},
+		Mode:      ModeEnforce,
 	}
 }
 

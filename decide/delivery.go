@@ -147,8 +147,17 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 	d := &decision{now: start, Outcome: Outcome{Method: "tools/list"}, phase: "response"}
 	out := &Delivery{}
 	d.Denial = s.deliver(d, out, ticket, head, body)
+	d.observed = s.observe[d.ServerID]
 	s.recordDelivery(d, out, s.now().Sub(start))
 	switch {
+	case d.observed:
+		// Decided, audited and counted; the agent gets what the server
+		// sent, and the epoch of the snapshot minted over what it would
+		// have been delivered.
+		out.Fail, out.Body, out.Headers = nil, nil, nil
+		if d.Denial == nil && d.snapshot != nil {
+			out.Headers = epochHeaders(d.snapshot)
+		}
 	case d.Denial != nil:
 		// The response is replaced whole: nothing was withheld from a
 		// delivery that did not happen.
@@ -156,12 +165,17 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 		out.Status, out.Body = d.denialBody(s.denials)
 		out.Headers = [][2]string{{"content-type", "application/json"}, {HeaderReason, string(d.Denial.Reason)}}
 	case d.snapshot != nil:
-		out.Headers = [][2]string{
-			{HeaderEpoch, d.snapshot.Epoch},
-			{HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339)},
-		}
+		out.Headers = epochHeaders(d.snapshot)
 	}
 	return out
+}
+
+// epochHeaders tell the agent the snapshot a listing minted.
+func epochHeaders(snap *cache.Snapshot) [][2]string {
+	return [][2]string{
+		{HeaderEpoch, snap.Epoch},
+		{HeaderValidUntil, snap.ValidUntil.UTC().Format(time.RFC3339)},
+	}
 }
 
 func (s *Server) deliver(d *decision, out *Delivery, ticket string, head ResponseHead, body []byte) *deny.Error {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/internal/bounded"
 )
@@ -36,14 +37,14 @@ type Metrics struct {
 	deliveries, withheld, unbound *prometheus.CounterVec
 }
 
-type decisionLabels struct{ decision, reason, serverID, effect string }
+type decisionLabels struct{ decision, reason, serverID, effect, mode string }
 
 // decided counts one decision.
 func (m *Metrics) decided(l decisionLabels) {
 	// The labels are bounded; so is this, should that ever change.
 	m.counters.Get(l, 1<<14, func() (decisionLabels, prometheus.Counter) {
-		kept := decisionLabels{l.decision, l.reason, strings.Clone(l.serverID), l.effect}
-		return kept, m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect)
+		kept := decisionLabels{l.decision, l.reason, strings.Clone(l.serverID), l.effect, l.mode}
+		return kept, m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect, l.mode)
 	}).Inc()
 }
 
@@ -53,8 +54,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "capsnap",
 			Name:      "decisions_total",
-			Help:      "Check decisions by decision (allow, deny), reason, server_id and effect class.",
-		}, []string{"decision", "reason", "server_id", "effect_class"}),
+			Help:      "Check decisions by decision (allow, deny), reason, server_id, effect class and mode: enforce, or observe for a server whose decisions are made and not enforced (its denials pass).",
+		}, []string{"decision", "reason", "server_id", "effect_class", "mode"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "capsnap",
 			Name:      "check_duration_seconds",
@@ -155,7 +156,11 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		if d.Effect != 0 {
 			effect = d.Effect.String()
 		}
-		s.metrics.decided(decisionLabels{verdict, reason, server, effect})
+		mode := config.ModeEnforce
+		if d.observed {
+			mode = config.ModeObserve
+		}
+		s.metrics.decided(decisionLabels{verdict, reason, server, effect, mode})
 		s.metrics.latency.Observe(elapsed.Seconds())
 	}
 	s.audit(d, elapsed, nil)
@@ -230,6 +235,10 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.Denial != nil {
 		ev = ev.Str("detail", d.Denial.Detail)
 	}
+	// What would have been denied, and passed.
+	if d.observed && d.Denial != nil {
+		ev = ev.Bool("enforced", false)
+	}
 	if more != nil {
 		ev = more(ev)
 	}
@@ -273,6 +282,10 @@ func (s *Server) recordDelivery(d *decision, out *Delivery, elapsed time.Duratio
 	s.audit(d, elapsed, func(ev *zerolog.Event) *zerolog.Event {
 		if len(out.Withheld) == 0 {
 			return ev
+		}
+		// What would have been withheld, and was delivered.
+		if d.observed && d.Denial == nil {
+			ev = ev.Bool("enforced", false)
 		}
 		arr := zerolog.Arr()
 		for _, w := range out.Withheld {

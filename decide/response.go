@@ -76,18 +76,30 @@ type Outcome struct {
 	// ClientHeaders are the x-capsnap-* headers the client sent: none may
 	// reach the upstream but as capsnap sets it.
 	ClientHeaders []string
+	// Observed is the denial config.ModeObserve did not enforce: the
+	// request passes as if nothing had been verified, with no pin.
+	Observed *deny.Error
 }
 
 // Minted reports whether o allows a tools/list whose snapshot was minted
 // at the request, whose answer then tells the client its epoch.
-func (o *Outcome) Minted() bool { return o.Denial == nil && o.Tool == "" && o.Epoch != "" }
+func (o *Outcome) Minted() bool {
+	return o.Denial == nil && o.Observed == nil && o.Tool == "" && o.Epoch != ""
+}
+
+// Pinned reports whether o allows a tools/call on its verified pin, which
+// it then carries to the upstream.
+func (o *Outcome) Pinned() bool { return o.Denial == nil && o.Observed == nil && o.Tool != "" }
 
 // outcome completes d's Outcome from what the decision learned.
 func (d *decision) outcome(form config.Denials) {
 	if d.snapshot != nil {
 		d.Epoch, d.ValidUntil = d.snapshot.Epoch, d.snapshot.ValidUntil
 	}
-	if d.Denial != nil {
+	switch {
+	case d.Denial != nil && d.observed:
+		d.Observed, d.Denial = d.Denial, nil
+	case d.Denial != nil:
 		d.Status, d.Body = d.denialBody(form)
 	}
 }

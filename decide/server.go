@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -68,6 +69,9 @@ type Options struct {
 	// a grant, by server_id: capsnap signs once per snapshot and tool for
 	// those, and every other's envelopes whole.
 	Grants map[string]*envelope.Recipient
+	// Observe are the servers in config.ModeObserve: their decisions are
+	// made, audited and counted, and none is enforced.
+	Observe []string
 	// Audit receives one line per decision.
 	Audit   zerolog.Logger
 	Metrics *Metrics
@@ -81,8 +85,10 @@ type Options struct {
 // Server is the decision core: Decide for a request, Deliver for a
 // tools/list's own answer, Screen for every other answer.
 type Server struct {
-	catalog   Catalog
-	servers   map[string]bool
+	catalog Catalog
+	servers map[string]bool
+	// observe are the servers in config.ModeObserve.
+	observe   map[string]bool
 	rules     atomic.Pointer[Rules]
 	denials   config.Denials
 	schemas   schemas
@@ -160,6 +166,13 @@ func New(o Options) (*Server, error) {
 	for _, id := range o.Servers {
 		s.servers[id] = true
 	}
+	s.observe = map[string]bool{}
+	for _, id := range o.Observe {
+		if !s.servers[id] {
+			return nil, fmt.Errorf("decide: observed server %q is not configured", id)
+		}
+		s.observe[id] = true
+	}
 	shared, _ := o.Snapshots.(cache.Redemptions)
 	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
 	if s.now == nil {
@@ -209,6 +222,13 @@ func (s *Server) Ready() error {
 	return nil
 }
 
+// Observed lists the servers in config.ModeObserve, sorted.
+func (s *Server) Observed() []string {
+	ids := slices.Collect(maps.Keys(s.observe))
+	slices.Sort(ids)
+	return ids
+}
+
 // SetRules puts rules in force for every decision that starts after it
 // returns. Reload is the checked way to get here.
 func (s *Server) SetRules(r *Rules) {
@@ -244,6 +264,7 @@ func (s *Server) Decide(r *Request) Outcome {
 	start := s.now()
 	d := &decision{now: start}
 	d.Denial = s.evaluate(r, d)
+	d.observed = s.observe[d.ServerID]
 	elapsed := s.now().Sub(start)
 	s.record(d, elapsed)
 	d.outcome(s.denials)
@@ -283,6 +304,9 @@ type decision struct {
 	envelopeID, grantID string
 	// phase is "response" for a decision on a tools/list response.
 	phase string
+	// observed marks a decision on a server in config.ModeObserve, which
+	// is made, audited and counted, and not enforced.
+	observed bool
 	// batch is set for a batch of several messages, whose denial cannot
 	// answer them all with one JSON-RPC error.
 	batch bool

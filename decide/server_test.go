@@ -849,11 +849,11 @@ func TestMetricsAndAudit(t *testing.T) {
 	for _, c := range []checkCase{allow, allow, deny1} {
 		f.call(t, c)
 	}
-	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("allow", "ok", "billing", "money_move")); got != 2 {
+	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("allow", "ok", "billing", "money_move", "enforce")); got != 2 {
 		t.Errorf("allow count = %v, want 2", got)
 	}
 	// An unconfigured server_id from a route must not mint a new label value.
-	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("deny", "unknown_server", "unknown", "none")); got != 1 {
+	if got := testutil.ToFloat64(f.metrics.decisions.WithLabelValues("deny", "unknown_server", "unknown", "none", "enforce")); got != 1 {
 		t.Errorf("deny count = %v, want 1", got)
 	}
 	if hits, misses := testutil.ToFloat64(f.metrics.hits), testutil.ToFloat64(f.metrics.misses); hits != 2 || misses != 0 {
@@ -882,7 +882,7 @@ func TestMetricsAndAudit(t *testing.T) {
 // series of their labels.
 func TestDecisionCountersConcurrent(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	l := decisionLabels{"deny", "schema_drift", "billing", "money_move"}
+	l := decisionLabels{"deny", "schema_drift", "billing", "money_move", "enforce"}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -892,7 +892,7 @@ func TestDecisionCountersConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := testutil.ToFloat64(m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect)); got != 4000 {
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues(l.decision, l.reason, l.serverID, l.effect, l.mode)); got != 4000 {
 		t.Fatalf("count = %v, want 4000", got)
 	}
 	if n := testutil.CollectAndCount(m.decisions); n != 1 {

@@ -18,10 +18,21 @@ import (
 // notifications, a body no client reads as JSON-RPC) passes byte for byte.
 // A compressed body a client would read as JSON-RPC cannot be screened, and
 // is withheld whole, whatever content is.
+//
+// On a server in config.ModeObserve, what would be withheld is audited and
+// counted, and the content passes as the server sent it.
 func (s *Server) Screen(serverID string, head ResponseHead, content []byte) []byte {
+	screened := s.screen(serverID, head, content)
+	if s.observe[serverID] {
+		return content
+	}
+	return screened
+}
+
+func (s *Server) screen(serverID string, head ResponseHead, content []byte) []byte {
 	withhold := func(id []byte, why string) []byte {
 		start := s.now()
-		d := &decision{now: start, phase: "response", id: id, Outcome: Outcome{
+		d := &decision{now: start, phase: "response", id: id, observed: s.observe[serverID], Outcome: Outcome{
 			Method: "tools/list", ServerID: serverID,
 			Denial: deny.Errorf(deny.ListingUnbound, "%s: capsnap cannot pin what it would deliver; list tools again", why),
 		}}

@@ -61,15 +61,20 @@ func response(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
 // answer 265 of its ~700 bytes, which Envoy decodes on every call
 // (BENCHMARKS.md).
 func metadata(o *decide.Outcome) protoreflect.RawFields {
-	if o.Denial == nil && o.Tool != "" {
+	if o.Pinned() {
 		return allowedCallMetadata
 	}
-	verdict, reason := "allow", "ok"
-	if o.Denial != nil {
+	// An observed denial is logged as the allow it was, with the reason it
+	// would have been denied for, not enforced.
+	verdict, reason, enforced := "allow", "ok", ""
+	switch {
+	case o.Denial != nil:
 		verdict, reason = "deny", string(o.Denial.Reason)
+	case o.Observed != nil:
+		reason, enforced = string(o.Observed.Reason), "false"
 	}
 	return metadataField(
-		entry{"decision", verdict}, entry{"reason", reason},
+		entry{"decision", verdict}, entry{"reason", reason}, entry{"enforced", enforced},
 		entry{"mcp_method", logValue(o.Method)}, entry{"mcp_name", logValue(o.Name)},
 		entry{"server_id", o.ServerID}, entry{"tool", logValue(o.Tool)},
 		entry{"schema_digest", o.SchemaDigest}, entry{"policy_digest", o.PolicyDigest},
@@ -196,7 +201,7 @@ func answer(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
 	}
 	a := &allowedAnswer{}
 	switch {
-	case o.Tool != "":
+	case o.Pinned():
 		// Through handler start: the upstream gets exactly what was
 		// verified, so its handler can check the pin against itself.
 		k := pinKey{o.ServerID, o.Tool, o.SchemaDigest, o.PolicyDigest, o.Effect}

@@ -109,6 +109,8 @@ type StackOptions struct {
 	Grants bool
 	// MaxResponseBytes, if set, is capsnap's discovery.max_response_bytes.
 	MaxResponseBytes int
+	// Mode, if set, is capsnap's top-level mode (enforce or observe).
+	Mode string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -319,6 +321,9 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	}
 	if s.opts.MaxResponseBytes > 0 {
 		sections += fmt.Sprintf("\ndiscovery: {max_response_bytes: %d}", s.opts.MaxResponseBytes)
+	}
+	if s.opts.Mode != "" {
+		sections += "\nmode: " + s.opts.Mode
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {

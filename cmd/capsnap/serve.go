@@ -150,6 +150,10 @@ func serve(path string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if observed := cfg.Observed(); len(observed) > 0 {
+		log.Warn().Strs("servers", observed).
+			Msg("OBSERVE MODE: capsnap decides, audits and counts every request to these servers and enforces nothing: a request it would deny passes, and a tools/list response reaches the agent unfiltered")
+	}
 	if cfg.Principal.Source == config.SourceHeader {
 		log.Warn().Str("header", cfg.Principal.Header).
 			Msg("INSECURE: principal taken from a client-supplied header; Envoy must strip it from clients. Development only.")
@@ -187,6 +191,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		Freshness:        cfg.Catalog,
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
+		Observe:          cfg.Observed(),
 		Audit:            auditLog,
 		Metrics:          decide.NewMetrics(reg),
 		Envelope:         keys,
@@ -356,6 +361,9 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *decide.Server
 		}
 		for _, u := range unbound {
 			fmt.Fprintln(w, "warning:", u)
+		}
+		for _, id := range srv.Observed() {
+			fmt.Fprintf(w, "warning: server %s is in observe mode: its denials are audited and counted, not enforced\n", id)
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
