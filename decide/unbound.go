@@ -276,7 +276,7 @@ func (u *unbound) sweep(now time.Time, log zerolog.Logger) {
 	}
 	u.mu.Unlock()
 	for _, p := range warn {
-		log.Warn().Str("server_id", p.id).Dur("unbound_after", unboundAfter).
+		log.Warn().Str("server_id", p.id).Int64("unbound_after_ms", unboundAfter.Milliseconds()).
 			Msg("tools/list responses capsnap allowed never came back through the response path: " +
 				"the agent gets the server's list unfiltered (or Envoy's error) and every tools/call after it is denied no_snapshot. " +
 				"Envoy must run capsnap's ext_proc filter (envoy.filters.http.ext_proc, capsnap.ext_proc in envoy/demo.yaml) after ext_authz " +

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capsnap/capsnap/audit"
 	"github.com/capsnap/capsnap/config"
 )
 
@@ -329,8 +330,8 @@ func newAuditCmd() *cobra.Command {
 	return group(&cobra.Command{
 		Use:     "audit",
 		Short:   "Work with the audit trail",
-		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl",
-	}, newAuditVerifyCmd())
+		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl\n  capsnap audit query --reason schema_drift --since 1h audit.jsonl",
+	}, newAuditVerifyCmd(), newAuditQueryCmd())
 }
 
 func newAuditVerifyCmd() *cobra.Command {
@@ -353,6 +354,36 @@ or edited, or a truncated end; 2: usage, or a file that cannot be read.`,
 	}
 	c.Flags().StringVar(&jwksFile, "jwks", "", "the JWKS of the keys that sign checkpoints (capsnap keys jwks)")
 	c.Flags().BoolVar(&live, "live", false, "the trail is still being written: accept a tail younger than the checkpoint interval")
+	return c
+}
+
+func newAuditQueryCmd() *cobra.Command {
+	var (
+		q            audit.Query
+		since, until string
+	)
+	c := &cobra.Command{
+		Use:                   "query [--principal P] [--server S] [--tool T] [--reason R] [--decision D] [--since T] [--until T] [AUDIT_FILE...]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Select decisions from an audit trail, as JSON lines",
+		Long: `Select the decision lines of an audit trail (its files in order, or stdin)
+that match every filter given, and print them as they are, one JSON line
+each. --since and --until take an RFC 3339 time or a duration back from now
+(1h), and bound the line's time to [since, until). Exit 0: at least one line
+matched; 1: none did; 2: usage, or a file that cannot be read.`,
+		Example: "  capsnap audit query --principal spiffe://acme/agent/support --since 24h audit.jsonl\n" +
+			"  capsnap audit query --decision deny --reason no_snapshot --server billing audit.jsonl.1 audit.jsonl | jq .detail",
+		RunE: func(c *cobra.Command, args []string) error {
+			return auditQuery(q, since, until, args, c.InOrStdin(), c.OutOrStdout(), time.Now())
+		},
+	}
+	c.Flags().StringVar(&q.Principal, "principal", "", "the principal, exactly")
+	c.Flags().StringVar(&q.Server, "server", "", "the server_id")
+	c.Flags().StringVar(&q.Tool, "tool", "", "the tool")
+	c.Flags().StringVar(&q.Reason, "reason", "", "the reason: ok, or a denial reason (docs/DENIALS.md)")
+	c.Flags().StringVar(&q.Decision, "decision", "", "allow or deny")
+	c.Flags().StringVar(&since, "since", "", "from this time (RFC 3339) or this long ago (a duration)")
+	c.Flags().StringVar(&until, "until", "", "before this time (RFC 3339) or this long ago (a duration)")
 	return c
 }
 

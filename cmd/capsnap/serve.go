@@ -253,7 +253,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		if cfg.Drain > 0 {
 			// NOT_SERVING first: Envoy's health check moves new Checks to
 			// the other replicas before this one stops taking them.
-			log.Info().Dur("drain", cfg.Drain).Msg("shutting down: draining")
+			log.Info().Int64("drain_ms", cfg.Drain.Milliseconds()).Msg("shutting down: draining")
 			time.Sleep(cfg.Drain)
 		}
 		log.Info().Msg("shutting down: finishing in-flight checks")

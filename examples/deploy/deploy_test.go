@@ -1852,8 +1852,10 @@ func TestPrometheusRules(t *testing.T) {
 
 	// The alerts the brief asks for, each found by what it must watch.
 	for what, re := range map[string]string{
-		"capsnap down":         `\bup\{job="capsnap"\} == 0`,
-		"drift spike":          `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason=~"` + strings.Join(driftReasons, `\|`) + `"`,
+		"capsnap down": `\bup\{job="capsnap"\} == 0`,
+		"drift spike":  `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason=~"` + strings.Join(driftReasons, `\|`) + `"`,
+		// Every other reason, 200-mode denials included.
+		"denial spike":         `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason!~"` + strings.Join(driftReasons, `\|`) + `"`,
 		"stale catalog":        `capsnap_catalog_staleness_seconds`,
 		"refreshes failing":    `capsnap_catalog_refreshes_total\{[^}]*result="error"`,
 		"policy reload failed": `increase\(capsnap_policy_reloads_total\{[^}]*result=~"invalid\|refused_loosening"\}\[10m\]\)\) > 0`,
