@@ -72,6 +72,25 @@ type Config struct {
 	// Mode is ModeEnforce (the default) or ModeObserve, for every server
 	// whose own Mode is empty.
 	Mode string `yaml:"mode"`
+	// Tracing exports a span per decision to an OpenTelemetry collector.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing: a span for each decision,
+// continuing the trace Envoy started (W3C traceparent on the ext_authz and
+// ext_proc calls), exported over OTLP/gRPC.
+type Tracing struct {
+	// Endpoint is the collector's OTLP/gRPC host:port; empty turns
+	// tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends spans in plaintext, as to a collector on loopback
+	// or a node-local agent; otherwise TLS with the system's roots.
+	Insecure bool `yaml:"insecure"`
+	// SampleRatio is the share of traces capsnap starts itself that it
+	// samples; a trace Envoy started keeps Envoy's decision.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName is the service.name resource attribute.
+	ServiceName string `yaml:"service_name"`
 }
 
 // Enforcement modes.
@@ -374,6 +393,7 @@ func Default() Config {
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},
 		Mode:      ModeEnforce,
+		Tracing:   Tracing{SampleRatio: 1, ServiceName: "capsnap"},
 	}
 }
 

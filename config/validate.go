@@ -76,6 +76,9 @@ func (c Config) Validate() error {
 	if err := validMode(c.Mode); err != nil {
 		return fmt.Errorf("mode: %w", err)
 	}
+	if err := c.Tracing.validate(); err != nil {
+		return fmt.Errorf("tracing.%w", err)
+	}
 	if len(c.Servers) == 0 {
 		return errors.New("servers: at least one server is required")
 	}
@@ -225,6 +228,21 @@ func (s Server) validate() error {
 		if err := validMode(s.Mode); err != nil {
 			return fmt.Errorf("mode: %w", err)
 		}
+	}
+	return nil
+}
+
+func (t Tracing) validate() error {
+	if t.Endpoint != "" {
+		if err := validAddr(t.Endpoint); err != nil {
+			return fmt.Errorf("endpoint: %w", err)
+		}
+	}
+	if t.SampleRatio < 0 || t.SampleRatio > 1 {
+		return fmt.Errorf("sample_ratio: %v is outside 0..1", t.SampleRatio)
+	}
+	if t.ServiceName == "" {
+		return errors.New("service_name: required")
 	}
 	return nil
 }

@@ -8,5 +8,5 @@ import (
 )
 
 func init() {
-	decide.Envoy = func(s *decide.Server) authv3.AuthorizationServer { return extauthz.New(s) }
+	decide.Envoy = func(s *decide.Server) authv3.AuthorizationServer { return extauthz.New(s, nil) }
 }

@@ -55,6 +55,9 @@ type Outcome struct {
 	Method, Name string
 	ServerID     string
 	Principal    string
+	// Session is the request's MCP session, if its version has sessions,
+	// and ProtocolVersion the version it speaks.
+	Session, ProtocolVersion string
 	// Tool, SchemaDigest, Effect and PolicyDigest are the pin a tools/call
 	// was verified against: an allowed call carries them to the upstream,
 	// with its Principal, Epoch, Envelope and Grant.
@@ -93,6 +96,7 @@ func (o *Outcome) Pinned() bool { return o.Denial == nil && o.Observed == nil &&
 
 // outcome completes d's Outcome from what the decision learned.
 func (d *decision) outcome(form config.Denials) {
+	d.Session, d.ProtocolVersion = d.session, string(d.version)
 	if d.snapshot != nil {
 		d.Epoch, d.ValidUntil = d.snapshot.Epoch, d.snapshot.ValidUntil
 	}

@@ -12,8 +12,10 @@ import (
 	"context"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/tracing"
 )
 
 // ServerIDKey is the context_extensions key through which Envoy's route
@@ -24,18 +26,28 @@ const ServerIDKey = "server_id"
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
 	core *decide.Server
+	// tracer, if set, makes a span of each decision (trace.go).
+	tracer trace.Tracer
 	// pins are the shared headers of allowed calls (response.go).
 	pins pinHeaders
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// New returns a Server that has core decide every Check.
-func New(core *decide.Server) *Server { return &Server{core: core} }
+// New returns a Server that has core decide every Check, and, with a
+// tracer, makes a span of each decision in the trace Envoy started.
+func New(core *decide.Server, tracer trace.Tracer) *Server {
+	return &Server{core: core, tracer: tracer}
+}
 
 // Check decides one request. It never returns a gRPC error for a request it
 // can read: Envoy would apply its failure mode instead of capsnap's answer.
-func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	var span trace.Span
+	if s.tracer != nil {
+		_, span = s.tracer.Start(tracing.Incoming(ctx), "capsnap.check", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+	}
 	attrs := req.GetAttributes()
 	h := attrs.GetRequest().GetHttp()
 	body := h.GetRawBody()
@@ -52,5 +64,8 @@ func (s *Server) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.Che
 		Peer:      attrs.GetSource().GetPrincipal(),
 		Metadata:  attrs.GetMetadataContext().GetFilterMetadata(),
 	})
+	if span != nil {
+		decisionSpan(span, &out)
+	}
 	return response(&out, &s.pins), nil
 }

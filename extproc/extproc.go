@@ -19,6 +19,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strconv"
@@ -28,10 +29,13 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/tracing"
 )
 
 // MetadataNamespace is where Envoy keeps the ext_authz filter's dynamic
@@ -55,12 +59,15 @@ var _ Decider = (*decide.Server)(nil)
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	decider Decider
+	// tracer, if set, makes a span of each delivery decision.
+	tracer trace.Tracer
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
-// New returns a Server that hands each response to d.
-func New(d Decider) *Server { return &Server{decider: d} }
+// New returns a Server that hands each response to d, and, with a tracer,
+// makes a span of each tools/list delivery in the trace Envoy started.
+func New(d Decider, tracer trace.Tracer) *Server { return &Server{decider: d, tracer: tracer} }
 
 // Process serves one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
@@ -118,7 +125,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
-				resps = append(resps, s.decide(req, head, nil, false))
+				resps = append(resps, s.decide(stream.Context(), req, head, nil, false))
 			case duplex:
 				// Answered with the body, whose last chunk says which
 				// snapshot the headers name.
@@ -140,7 +147,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 					// misconfiguration, and fails closed.
 					head.Streamed = true
 				}
-				resps = append(resps, s.decide(req, head, chunk, true))
+				resps = append(resps, s.decide(stream.Context(), req, head, chunk, true))
 				break
 			}
 			body = append(body, chunk...)
@@ -149,7 +156,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 				break
 			}
 			var refused bool
-			resps, refused = s.decideDuplex(req, head, body, false)
+			resps, refused = s.decideDuplex(stream.Context(), req, head, body, false)
 			if over && !refused {
 				// Never part of a response as if it were the whole:
 				// Envoy answers status_on_error instead.
@@ -169,7 +176,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			if duplex && ticket != "" {
 				// The body ended with the trailers that follow it; a
 				// refusal answers them too.
-				resps, last = s.decideDuplex(req, head, body, true)
+				resps, last = s.decideDuplex(stream.Context(), req, head, body, true)
 			}
 			if !last {
 				resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -188,9 +195,16 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 // deliver hands a whole response to the decider, under the listing ticket
 // the Check left in the ext_authz filter's metadata.
-func (s *Server) deliver(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte) *decide.Delivery {
+func (s *Server) deliver(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte) *decide.Delivery {
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
-	return s.decider.Deliver(ticket, head, body)
+	if s.tracer == nil {
+		return s.decider.Deliver(ticket, head, body)
+	}
+	_, span := s.tracer.Start(tracing.Incoming(ctx), "tools/list delivery", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	out := s.decider.Deliver(ticket, head, body)
+	deliverySpan(span, out)
+	return out
 }
 
 // decide hands a whole response to the decider and turns its decision into
@@ -198,8 +212,8 @@ func (s *Server) deliver(req *extprocv3.ProcessingRequest, head decide.ResponseH
 // immediate response with the JSON-RPC error in the response's place.
 // atBody says which message is answered: Envoy takes an answer of the
 // other kind as a protocol error.
-func (s *Server) decide(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
-	out := s.deliver(req, head, body)
+func (s *Server) decide(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
+	out := s.deliver(ctx, req, head, body)
 	if out.Fail != nil {
 		return replaced(out)
 	}
@@ -218,8 +232,8 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head decide.ResponseHe
 // the headers' answer, with the snapshot's headers, then the body's, the
 // whole body (ending the stream unless trailers follow); or, refused, the
 // JSON-RPC error in the response's place, which answers the whole stream.
-func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
-	out := s.deliver(req, head, body)
+func (s *Server) decideDuplex(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
+	out := s.deliver(ctx, req, head, body)
 	if out.Fail != nil {
 		return []*extprocv3.ProcessingResponse{replaced(out)}, true
 	}
@@ -315,4 +329,26 @@ func headers(kv [][2]string) []*corev3.HeaderValueOption {
 		}
 	}
 	return out
+}
+
+// deliverySpan sets span's attributes for the delivery out: the
+// decision, its reason, how many tools were withheld and the epoch of the
+// snapshot minted.
+func deliverySpan(span trace.Span, out *decide.Delivery) {
+	decision, reason := "allow", "ok"
+	if out.Fail != nil {
+		decision, reason = "deny", string(out.Fail.Reason)
+		span.SetAttributes(attribute.String("error.type", reason))
+	}
+	span.SetAttributes(
+		attribute.String("mcp.method.name", "tools/list"),
+		attribute.String("capsnap.decision", decision),
+		attribute.String("capsnap.reason", reason),
+		attribute.Int("capsnap.tools_withheld", len(out.Withheld)),
+	)
+	for _, h := range out.Headers {
+		if h[0] == decide.HeaderEpoch {
+			span.SetAttributes(attribute.String("capsnap.epoch", h[1]))
+		}
+	}
 }

@@ -58,7 +58,7 @@ func (r *recorder) MaxResponseBytes() int {
 // stream opens one ext_proc stream to a Server over d, through gRPC.
 func stream(t *testing.T, d Decider) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
-	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d)) })
+	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d, nil)) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)

@@ -111,6 +111,9 @@ type StackOptions struct {
 	MaxResponseBytes int
 	// Mode, if set, is capsnap's top-level mode (enforce or observe).
 	Mode string
+	// Tracing, if set, is capsnap's tracing section as a YAML flow
+	// mapping, e.g. "{endpoint: 127.0.0.1:4317, insecure: true}".
+	Tracing string
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -324,6 +327,9 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	}
 	if s.opts.Mode != "" {
 		sections += "\nmode: " + s.opts.Mode
+	}
+	if s.opts.Tracing != "" {
+		sections += "\ntracing: " + s.opts.Tracing
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {

@@ -35,6 +35,7 @@ import (
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/tracing"
 )
 
 // healthServices are the grpc.health.v1 names capsnap answers for: the
@@ -202,6 +203,19 @@ func serve(path string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	tracer, stopTracing, err := tracing.New(context.Background(), cfg.Tracing, versionString())
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		// Spans still batched go out before exit, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn().Err(err).Msg("tracing: spans not exported at shutdown")
+		}
+	}()
+
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -218,8 +232,8 @@ func serve(path string, stdout, stderr io.Writer) error {
 		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
 		grpc.ForceServerCodecV2(checkcodec.Codec{}),
 		grpc.NumStreamWorkers(streamWorkers))...)
-	authv3.RegisterAuthorizationServer(gs, extauthz.New(srv))
-	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
+	authv3.RegisterAuthorizationServer(gs, extauthz.New(srv, tracer))
+	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv, tracer))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
 	// Envoy that health-checks its replicas sends a starting one no Check
 	// before it can decide them.
