@@ -93,7 +93,7 @@ func (p *Policy) lintGrant(r *principalRule, g *grant) []string {
 			names[i] = k.tool
 		}
 		for _, c := range g.constraints {
-			for _, f := range c.argFields {
+			for _, f := range c.expr.read {
 				out = append(out, fmt.Sprintf("%s: reads args.%s but applies to each of %s; a call without %s is denied (guard it with has(args.%s), or move it to the tool)", c.field, f, strings.Join(names, ", "), f, f))
 			}
 		}

@@ -155,6 +155,10 @@ type ToolRule struct {
 	After []string `yaml:"after,omitempty" json:"after,omitempty"`
 	// Constraints must all hold for a call to be allowed.
 	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
+	// Budgets and RateLimits bound each principal's calls to the tool
+	// over a window.
+	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
 }
 
 // PrincipalRule grants the principals it matches tools on servers. Exactly
@@ -178,6 +182,10 @@ type Grant struct {
 	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
 	// Constraints apply in addition to the tool's own.
 	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
+	// Budgets and RateLimits bound each principal's calls to the tools
+	// of this grant over a window, in addition to the tools' own.
+	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
 }
 
 // Wildcard in a grant's tool list stands for every classified tool.
@@ -210,6 +218,8 @@ type tool struct {
 	// precedes is set when another tool's after names this one.
 	precedes    bool
 	constraints []*Constraint
+	budgets     []*Budget
+	rateLimits  []*RateLimit
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -233,6 +243,8 @@ type grant struct {
 	maxEffect    EffectClass
 	capabilities []string // sorted, distinct
 	constraints  []*Constraint
+	budgets      []*Budget
+	rateLimits   []*RateLimit
 }
 
 // outcome is one rule's verdict on one classified tool.
@@ -271,9 +283,15 @@ type Decision struct {
 	Precedes bool
 	// Capabilities are the tags the tool exercises; sorted.
 	Capabilities []string
+	// RateLimits and Budgets are the tool's, then the grant's, in file
+	// order; a call is allowed only if it fits in each.
+	RateLimits []*RateLimit
+	Budgets    []*Budget
 	// Terms are the rules above compiled, that a call must satisfy once
 	// its contract is the pinned one, in order: the constraints, then the
-	// sequence rule, which records the call (Term.Records).
+	// terms that record the call (Term.Records): the rate limits and
+	// budgets, which reserve (Reserver) and can give back, before the
+	// sequence rule, which cannot.
 	Terms []Term
 }
 
