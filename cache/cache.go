@@ -205,6 +205,8 @@ type Memory struct {
 	seq uint64
 	// changed maps server, then tool, to the sequence it last changed at.
 	changed map[string]map[string]uint64
+
+	counters counters
 }
 
 // MemoryOptions bound a Memory store.

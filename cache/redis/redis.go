@@ -127,7 +127,7 @@ var (
 	_ cache.Redemptions = (*Store)(nil)
 )
 
-type keys struct{ seq, inv, snap, latest, any, calls, redeemed string }
+type keys struct{ seq, inv, snap, latest, any, calls, redeemed, counter string }
 
 // Open returns a Store and starts probing Redis. It returns without
 // waiting for Redis: until Redis answers, the store is unavailable.
@@ -152,7 +152,7 @@ func Open(o Options) (*Store, error) {
 	p := o.KeyPrefix
 	s := &Store{
 		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
-		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:"},
+		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:", counter: p + "counter:"},
 		metrics: newMetrics(o.Registerer),
 	}
 	s.dirty.Store(1)
