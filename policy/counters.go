@@ -216,6 +216,46 @@ func newCounter(kind, field, name string, limit int64, window string, scope ...s
 	}, nil
 }
 
+// same reports whether o is c's counter, if perhaps with other terms: of
+// the same kind, name, and tool rule or grant.
+func (c *counter) same(o *counter) bool {
+	return o.kind == c.kind && o.name == c.name && slices.Equal(o.scope, c.scope)
+}
+
+// looser lists how next counts more loosely than c.
+func (c *counter) looser(next *counter) []string {
+	what := c.what()
+	var out []string
+	if next.limit > c.limit {
+		out = append(out, fmt.Sprintf("%s limit raised from %s to %s", what, units(c.limit), units(next.limit)))
+	}
+	if next.span < c.span {
+		out = append(out, fmt.Sprintf("%s window shortened from %s to %s", what, c.window, next.window))
+	}
+	return out
+}
+
+// what names the budget or rate limit, for people.
+func (c *counter) what() string {
+	if c.kind == KindRateLimit {
+		return fmt.Sprintf("rate limit %q", c.name)
+	}
+	return fmt.Sprintf("budget %q", c.name)
+}
+
+// describe says what the counter allows, for people.
+func (c *counter) describe() string {
+	per := "per principal"
+	if c.perTool {
+		per = "per principal and tool"
+	}
+	calls := ""
+	if c.kind == KindRateLimit {
+		calls = " calls"
+	}
+	return fmt.Sprintf("%s%s per %s, %s, on the %s", units(c.limit), calls, c.window, per, c.scope[1])
+}
+
 // key names the principal's counter of the call.
 func (c *counter) key(call Call) string {
 	if c.perTool {
@@ -274,10 +314,7 @@ func (c *counter) denial(reason deny.Reason, u Usage, amount int64) *deny.Error 
 		// Rounded up: a caller that waits this long finds the slot gone.
 		RetryAfterSeconds: int64((u.RetryAfter + time.Second - 1) / time.Second),
 	}
-	what := fmt.Sprintf("budget %q", c.name)
-	if c.kind == KindRateLimit {
-		what = fmt.Sprintf("rate limit %q", c.name)
-	}
+	what := c.what()
 	var detail string
 	switch {
 	case reason == deny.ConstraintViolation:

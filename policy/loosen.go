@@ -19,6 +19,12 @@ import (
 //     or changed in any way (any edit of an expression or message counts:
 //     whether "<= 300" is looser than "<= 250" is not decided by reading
 //     CEL), or an after requirement dropped;
+//   - for a call allowed under both, a budget or rate limit of old (by
+//     name, on the tool or on the grant) missing from next (removed, or
+//     renamed: a new name is a new counter, from nothing), its limit
+//     raised, its window shortened (the same limit over less time allows
+//     more a day), a budget's amount changed in any way, or a rate limit
+//     counted per tool that was counted per principal;
 //   - the lockfile removed or pointing elsewhere.
 //
 // Tightening (a grant, rule or tool removed, a constraint added, a lower
@@ -88,6 +94,30 @@ func looserTerms(old, next Decision) []string {
 	for _, a := range old.After {
 		if !slices.Contains(next.After, a) {
 			out = append(out, fmt.Sprintf("no longer requires %s first", a))
+		}
+	}
+	for _, b := range old.Budgets {
+		i := slices.IndexFunc(next.Budgets, func(n *Budget) bool { return b.c.same(&n.c) })
+		if i < 0 {
+			out = append(out, fmt.Sprintf("budget %q (%s) removed", b.Name, b.c.describe()))
+			continue
+		}
+		n := next.Budgets[i]
+		out = append(out, b.c.looser(&n.c)...)
+		if n.Amount != b.Amount {
+			out = append(out, fmt.Sprintf("budget %q amount changed from %q to %q", b.Name, b.Amount, n.Amount))
+		}
+	}
+	for _, r := range old.RateLimits {
+		i := slices.IndexFunc(next.RateLimits, func(n *RateLimit) bool { return r.c.same(&n.c) })
+		if i < 0 {
+			out = append(out, fmt.Sprintf("rate limit %q (%s) removed", r.Name, r.c.describe()))
+			continue
+		}
+		n := next.RateLimits[i]
+		out = append(out, r.c.looser(&n.c)...)
+		if n.c.perTool && !r.c.perTool {
+			out = append(out, fmt.Sprintf("rate limit %q now counts each tool apart, not all together", r.Name))
 		}
 	}
 	return out
