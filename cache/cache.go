@@ -9,6 +9,9 @@
 // them. A snapshot's pins live and die together: no pin is ever evicted on
 // its own, which a later call would misread as drift. Memory is bounded (ristretto) and every snapshot expires at its
 // valid_until.
+//
+// Beside the snapshots, a store keeps the counters of the policy's budgets
+// and rate limits (policy.Counters; counters.go), which span snapshots.
 package cache
 
 import (
@@ -189,7 +192,8 @@ var (
 	_ CallLog = (*Memory)(nil)
 )
 
-// Memory is the in-process Store of a single replica.
+// Memory is the in-process Store of a single replica, and its
+// policy.Counters.
 type Memory struct {
 	snapshots *ristretto.Cache[string, *Snapshot]
 	// latest maps (principal, server, session) to its newest epoch, and

@@ -1,8 +1,9 @@
 // Package redis is the cache.Store that several capsnap replicas share,
 // kept in Redis (or Valkey): a snapshot minted on any replica is verified
 // on any other with the same verdict, a list_changed any replica sees voids
-// the changed tools' pins on all of them, and sequence rules see the calls
-// every replica allowed.
+// the changed tools' pins on all of them, sequence rules see the calls
+// every replica allowed, and budgets and rate limits count them
+// (counters.go).
 //
 // Every record carries a MAC under the secret the replicas share, so write
 // access to Redis alone cannot mint a snapshot, record a call or lower the
@@ -16,7 +17,8 @@
 // read through rueidis's cache, and the invalidation sequence is tracked,
 // so a replica re-reads the invalidations only when Redis tells it the
 // sequence moved. An allowed call whose snapshot a replica holds makes no
-// round trip, except that a sequence rule makes exactly one.
+// round trip, except that a sequence rule makes exactly one, and so does
+// each budget or rate limit.
 //
 // The store fails closed: when Redis cannot be reached, or answers slower
 // than Options.Timeout, every read and write returns cache.ErrUnavailable
