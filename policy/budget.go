@@ -81,9 +81,8 @@ func (b *Budget) Check(call Call) error {
 func (*Budget) Records() bool { return true }
 
 // Reserve implements Reserver: the call's amount, taken from the
-// principal's counter if it fits. A call whose amount cannot be evaluated,
-// is not a number of at least 0, or is more than the whole limit is denied
-// deny.ConstraintViolation; one that does not fit in what is left,
+// principal's counter if it fits. A call CheckInput denies is denied
+// before the counter is asked; one that does not fit in what is left,
 // deny.BudgetExhausted with when it will.
 func (b *Budget) Reserve(call Call) (Reservation, error) {
 	amount, err := b.amountOf(call.Input)
@@ -93,7 +92,17 @@ func (b *Budget) Reserve(call Call) (Reservation, error) {
 	return b.c.reserve(call, amount, deny.BudgetExhausted)
 }
 
-// amountOf evaluates the budget's amount over in, in counter units.
+// CheckInput is what the budget says of a call without its counter: nil
+// if it could fit in an empty window, else a deny.ConstraintViolation,
+// for an amount that cannot be evaluated, is not a number of at least 0,
+// or is more than the whole limit.
+func (b *Budget) CheckInput(in Input) error {
+	_, err := b.amountOf(in)
+	return err
+}
+
+// amountOf evaluates the budget's amount over in, in counter units, and
+// denies one no window could hold.
 func (b *Budget) amountOf(in Input) (int64, error) {
 	v, err := b.amount.eval(in)
 	if err != nil {
@@ -106,6 +115,9 @@ func (b *Budget) amountOf(in Input) (int64, error) {
 	n, ok := toUnits(f)
 	if !ok {
 		return 0, deny.Errorf(deny.ConstraintViolation, "budget %q: its amount %s is %v; an amount is a number of at least 0", b.Name, b.Amount, f)
+	}
+	if n > b.c.limit {
+		return 0, b.c.denial(deny.ConstraintViolation, Usage{}, n)
 	}
 	return n, nil
 }

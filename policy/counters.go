@@ -289,9 +289,6 @@ func counterKey(scope []string, rest ...string) string {
 // reserve takes amount from the call's counter, or denies the call for
 // reason with what the planner needs to act.
 func (c *counter) reserve(call Call, amount int64, reason deny.Reason) (Reservation, error) {
-	if amount > c.limit {
-		return Reservation{}, c.denial(deny.ConstraintViolation, Usage{}, amount)
-	}
 	if call.Counters == nil {
 		return Reservation{}, fmt.Errorf("%s %q: %w", c.kind, c.name, errNoCounters)
 	}
