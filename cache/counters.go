@@ -52,12 +52,12 @@ func (m *Memory) Reserve(c policy.Charge) (policy.Usage, error) {
 	m.counters.mu.Lock()
 	defer m.counters.mu.Unlock()
 	m.counters.sweep(now)
-	t := m.counters.by[c.Counter]
-	if t == nil {
+	t, held := m.counters.by[c.Counter]
+	if !held {
 		t = &tally{}
 	}
 	u := t.take(now, width, span, c.Amount, c.Limit)
-	if u.Allowed && len(t.slots) > 0 {
+	if !held && len(t.slots) > 0 {
 		if m.counters.by == nil {
 			m.counters.by = map[string]*tally{}
 		}

@@ -178,8 +178,10 @@ var errNoCounters = errors.New("no counter store: a budget or rate limit cannot 
 type counter struct {
 	kind, name, field string
 	// scope are the counter's parts before the principal's: its kind, and
-	// where the rule is (a tool, or a grant), and its name.
-	scope []string
+	// where the rule is (a tool, or a grant), and its name; prefix is them
+	// encoded, as key starts every key.
+	scope  []string
+	prefix string
 	// perTool adds the call's server and tool to the counter's name.
 	perTool bool
 	limit   int64 // in counter units
@@ -210,10 +212,16 @@ func newCounter(kind, field, name string, limit int64, window string, scope ...s
 	span = span.Truncate(time.Millisecond)
 	slot := (span + WindowSlots - 1) / WindowSlots
 	slot = (slot + time.Millisecond - 1).Truncate(time.Millisecond)
-	return counter{
+	c := counter{
 		kind: kind, name: name, field: field, scope: slices.Concat([]string{kind}, scope, []string{name}),
 		limit: limit, window: window, span: span, slot: slot,
-	}, nil
+	}
+	var b strings.Builder
+	for _, p := range c.scope {
+		writePart(&b, p)
+	}
+	c.prefix = b.String()
+	return c, nil
 }
 
 // same reports whether o is c's counter, if perhaps with other terms: of
@@ -256,34 +264,34 @@ func (c *counter) describe() string {
 	return fmt.Sprintf("%s%s per %s, %s, on the %s", units(c.limit), calls, c.window, per, c.scope[1])
 }
 
-// key names the principal's counter of the call.
+// key names the principal's counter of the call: the scope's parts, then
+// the principal's (and the tool's), each length-prefixed so that no
+// choice of names makes two counters one. It is on the path of every call
+// under a limit, so it is built in one allocation.
 func (c *counter) key(call Call) string {
+	parts := [3]string{call.Principal, call.Server, call.Tool}
+	n := 1
 	if c.perTool {
-		return counterKey(c.scope, call.Principal, call.Server, call.Tool)
+		n = 3
 	}
-	return counterKey(c.scope, call.Principal)
-}
-
-// counterKey joins parts, each length-prefixed so that no choice of names
-// makes two counters one, in a single allocation.
-func counterKey(scope []string, rest ...string) string {
-	var num [20]byte
-	n := 0
-	for _, parts := range [2][]string{scope, rest} {
-		for _, s := range parts {
-			n += len(strconv.AppendInt(num[:0], int64(len(s)), 10)) + 1 + len(s)
-		}
+	size := len(c.prefix)
+	for _, p := range parts[:n] {
+		size += 21 + len(p) // the longest length prefix, its colon, the part
 	}
 	var b strings.Builder
-	b.Grow(n)
-	for _, parts := range [2][]string{scope, rest} {
-		for _, s := range parts {
-			b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
-			b.WriteByte(':')
-			b.WriteString(s)
-		}
+	b.Grow(size)
+	b.WriteString(c.prefix)
+	for _, p := range parts[:n] {
+		writePart(&b, p)
 	}
 	return b.String()
+}
+
+func writePart(b *strings.Builder, s string) {
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
+	b.WriteByte(':')
+	b.WriteString(s)
 }
 
 // reserve takes amount from the call's counter, or denies the call for

@@ -129,3 +129,17 @@ func TestCountersFailClosed(t *testing.T) {
 		t.Fatalf("Release with Redis gone = %v", err)
 	}
 }
+
+// One reservation on the shared store: one round trip to a redis-server
+// on loopback, a script over one counter.
+func BenchmarkReserve(b *testing.B) {
+	r := testbed.StartRedis(b)
+	s, _ := open(b, r, "")
+	b.ReportAllocs()
+	charge := countertest.Charge("spiffe://acme/agent/support-refund\x00daily_refunds", 0)
+	for b.Loop() {
+		if u, err := s.Reserve(charge); err != nil || !u.Allowed {
+			b.Fatal(u, err)
+		}
+	}
+}

@@ -38,7 +38,7 @@ type replica struct {
 
 // open opens a store on r under prefix ("" for a new one) and waits until
 // it is available.
-func open(t *testing.T, r *testbed.Redis, prefix string, edit ...func(*redis.Options)) (*replica, string) {
+func open(t testing.TB, r *testbed.Redis, prefix string, edit ...func(*redis.Options)) (*replica, string) {
 	t.Helper()
 	if prefix == "" {
 		prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
@@ -425,7 +425,7 @@ func mustDo(t *testing.T, r *testbed.Redis, args ...string) {
 
 // waitFor polls cond until it holds, failing the test after bound, and
 // returns how long it took.
-func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
+func waitFor(t testing.TB, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
