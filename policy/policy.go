@@ -18,6 +18,10 @@
 //	      - name: usd_cap_250
 //	        expr: "args.amount <= 250"
 //	        message: "refunds are capped at USD 250"
+//	    budgets:                    # a sum over each principal's allowed calls in a window
+//	      - {name: daily_refunds, amount: args.amount, limit: 500, window: 24h}
+//	    rate_limits:                # a count of them
+//	      - {name: refund_burst, limit: 10, window: 1m}
 //	principals:
 //	  - id: spiffe://acme/agent/support-refund     # exact; or id_prefix: spiffe://acme/agent/
 //	    grants:
@@ -26,6 +30,8 @@
 //	        max_effect: money_move                # optional ceiling
 //	        capabilities: [payments.refund]       # the tags this grant confers
 //	        constraints: []                       # optional, in addition to the tools'
+//	        budgets: []                           # optional, over every tool of the grant
+//	        rate_limits: []                       # optional; per: tool (default) or principal
 //
 // Decoding is strict: an unknown key, a second YAML document, or any rule
 // that could not take effect as written (a grant of an unclassified tool, an
@@ -72,10 +78,21 @@
 // and allowed, earlier under the same snapshot. The policy validates them
 // (classified, acyclic); keeping track of the calls is the caller's job.
 //
+// # Budgets and rate limits
+//
+// A budget sums a CEL amount, a rate limit counts calls, over each
+// principal's allowed calls in a window, on a tool or on every tool of a
+// grant. They are terms that record (Reserver): a call is allowed only if
+// it fits, and takes its amount as it is allowed, from a counter in a
+// Counters store the replicas share (counters.go says how a window is
+// counted). An amount that cannot be evaluated, or is no number of at
+// least 0, denies the call, as a constraint that fails does.
+//
 // # Digests
 //
 // Each allowed decision carries the digest of exactly the rules behind it:
-// the tool's rule and the deciding grant (see Decision.Digest). A snapshot
+// the tool's rule and the deciding grant (see Decision.Digest), budgets and
+// rate limits included. A snapshot
 // pins it, so editing one tool's rule drift-denies only that tool's
 // snapshots, and reordering rules in the file changes no decision digest.
 //
@@ -265,9 +282,10 @@ type Decision struct {
 	Effect EffectClass
 	// Digest is the JCS SHA-256 of exactly the rules that produced this
 	// decision: the tool's rule (server, tool, effect, capabilities, after,
-	// constraints) and the deciding grant (principal rule, server, the tool
-	// name or "*", max_effect, capabilities, constraints). Editing one
-	// tool's rule leaves every other tool's digest alone.
+	// constraints, budgets, rate limits) and the deciding grant (principal
+	// rule, server, the tool name or "*", max_effect, capabilities,
+	// constraints, budgets, rate limits). Editing one tool's rule leaves
+	// every other tool's digest alone.
 	Digest string
 	// Rule is the principal rule that decided: "id:<id>" or
 	// "id_prefix:<prefix>".
