@@ -71,6 +71,8 @@ func compileBudget(field string, b Budget, scope ...string) (*Budget, error) {
 	return &b, nil
 }
 
+func (b *Budget) counts() *counter { return &b.c }
+
 // Check implements Term: Reserve, the reservation dropped.
 func (b *Budget) Check(call Call) error {
 	_, err := b.Reserve(call)

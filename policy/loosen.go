@@ -96,29 +96,35 @@ func looserTerms(old, next Decision) []string {
 			out = append(out, fmt.Sprintf("no longer requires %s first", a))
 		}
 	}
-	for _, b := range old.Budgets {
-		i := slices.IndexFunc(next.Budgets, func(n *Budget) bool { return b.c.same(&n.c) })
+	out = append(out, looserLimits(old.Budgets, next.Budgets, (*Budget).counts, func(o, n *Budget) []string {
+		if n.Amount != o.Amount {
+			return []string{fmt.Sprintf("budget %q amount changed from %q to %q", o.Name, o.Amount, n.Amount)}
+		}
+		return nil
+	})...)
+	out = append(out, looserLimits(old.RateLimits, next.RateLimits, (*RateLimit).counts, func(o, n *RateLimit) []string {
+		if n.c.perTool && !o.c.perTool {
+			return []string{fmt.Sprintf("rate limit %q now counts each tool apart, not all together", o.Name)}
+		}
+		return nil
+	})...)
+	return out
+}
+
+// looserLimits lists how the budgets or rate limits of old count more
+// loosely in next, each matched to its counter: removed, a higher limit,
+// a shorter window, and what also says of the kind.
+func looserLimits[L any](old, next []L, counts func(L) *counter, also func(old, next L) []string) []string {
+	var out []string
+	for _, o := range old {
+		oc := counts(o)
+		i := slices.IndexFunc(next, func(n L) bool { return oc.same(counts(n)) })
 		if i < 0 {
-			out = append(out, fmt.Sprintf("budget %q (%s) removed", b.Name, b.c.describe()))
+			out = append(out, fmt.Sprintf("%s (%s) removed", oc.what(), oc.describe()))
 			continue
 		}
-		n := next.Budgets[i]
-		out = append(out, b.c.looser(&n.c)...)
-		if n.Amount != b.Amount {
-			out = append(out, fmt.Sprintf("budget %q amount changed from %q to %q", b.Name, b.Amount, n.Amount))
-		}
-	}
-	for _, r := range old.RateLimits {
-		i := slices.IndexFunc(next.RateLimits, func(n *RateLimit) bool { return r.c.same(&n.c) })
-		if i < 0 {
-			out = append(out, fmt.Sprintf("rate limit %q (%s) removed", r.Name, r.c.describe()))
-			continue
-		}
-		n := next.RateLimits[i]
-		out = append(out, r.c.looser(&n.c)...)
-		if n.c.perTool && !r.c.perTool {
-			out = append(out, fmt.Sprintf("rate limit %q now counts each tool apart, not all together", r.Name))
-		}
+		out = append(out, oc.looser(counts(next[i]))...)
+		out = append(out, also(o, next[i])...)
 	}
 	return out
 }

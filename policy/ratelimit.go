@@ -67,6 +67,8 @@ func compileRateLimit(field string, r RateLimit, onGrant bool, scope ...string) 
 	return &r, nil
 }
 
+func (r *RateLimit) counts() *counter { return &r.c }
+
 // Check implements Term: Reserve, the reservation dropped.
 func (r *RateLimit) Check(call Call) error {
 	_, err := r.Reserve(call)
