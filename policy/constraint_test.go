@@ -173,8 +173,8 @@ func TestCostTrackedOnlyWhenItCouldExceed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.expr, err)
 		}
-		if c.costTracked != tt.tracked {
-			t.Errorf("%s: cost tracked = %v, want %v", tt.expr, c.costTracked, tt.tracked)
+		if c.expr.costTracked != tt.tracked {
+			t.Errorf("%s: cost tracked = %v, want %v", tt.expr, c.expr.costTracked, tt.tracked)
 		}
 	}
 }
