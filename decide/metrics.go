@@ -12,6 +12,7 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/internal/bounded"
+	"github.com/capsnap/capsnap/policy"
 )
 
 // Metrics are the decision metrics. Every label value is bounded: decision
@@ -35,6 +36,8 @@ type Metrics struct {
 	// deliveries and withheld count the response path; unbound the
 	// listings whose response never came back through it.
 	deliveries, withheld, unbound *prometheus.CounterVec
+	// limits counts budgets' and rate limits' reservations and refusals.
+	limits *prometheus.CounterVec
 }
 
 type decisionLabels struct{ decision, reason, serverID, effect, mode string }
@@ -106,7 +109,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:      "delivery_unbound_total",
 		Help:      "tools/list requests this replica allowed on the response path whose response never came back through it (Envoy's ext_proc filter) to any replica within 5s, by server_id.",
 	}, []string{"server_id"})
-	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld, m.unbound)
+	m.limits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "limit_decisions_total",
+		Help:      "Calls counted against a budget or rate limit, by kind (budget, rate_limit), the name the policy gives it, and result: reserved (the call fit and took its amount) or exhausted (it did not, and was denied).",
+	}, []string{"kind", "name", "result"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld, m.unbound, m.limits)
 	return m
 }
 
@@ -162,6 +170,18 @@ func (s *Server) record(d *decision, elapsed time.Duration) {
 		}
 		s.metrics.decided(decisionLabels{verdict, reason, server, effect, mode})
 		s.metrics.latency.Observe(elapsed.Seconds())
+		// Names come from the policy, so the label values are bounded by
+		// it; the principal, whose counter it is, is never a label.
+		for _, r := range d.reserved {
+			s.metrics.limits.WithLabelValues(r.Kind, r.Name, "reserved").Inc()
+		}
+		if d.Denial != nil && d.Denial.Limit != nil {
+			kind := policy.KindBudget
+			if d.Denial.Reason == deny.RateLimited {
+				kind = policy.KindRateLimit
+			}
+			s.metrics.limits.WithLabelValues(kind, d.Denial.Limit.Name, "exhausted").Inc()
+		}
 	}
 	s.audit(d, elapsed, nil)
 }
@@ -228,6 +248,18 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	}
 	if d.staleRead {
 		ev = ev.Bool("stale_catalog_read", true)
+	}
+	if len(d.reserved) > 0 {
+		arr := zerolog.Arr()
+		for _, r := range d.reserved {
+			arr = arr.Dict(zerolog.Dict().Str("kind", r.Kind).Str("name", r.Name).Float64("amount", float64(r.Amount)/policy.Units))
+		}
+		ev = ev.Array("reserved", arr)
+	}
+	if d.Denial != nil && d.Denial.Limit != nil {
+		l := d.Denial.Limit
+		ev = ev.Dict("limit", zerolog.Dict().Str("name", l.Name).Float64("limit", l.Limit).Float64("used", l.Used).
+			Float64("amount", l.Amount).Int64("window_s", l.WindowSeconds).Int64("retry_after_s", l.RetryAfterSeconds))
 	}
 	if d.Denial != nil && d.Denial.Reason.Drift() {
 		ev = ev.Bool("capability_drift", true).Str("return_to", d.Denial.Reason.ReturnTo())

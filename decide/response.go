@@ -139,6 +139,9 @@ type errorData struct {
 	// AllowedTools, on a denial that sends the caller back to planning,
 	// are the tools its snapshot lets it call.
 	AllowedTools []string `json:"allowed_tools,omitempty"`
+	// Limit, on budget_exhausted and rate_limited, is the budget or rate
+	// limit the call did not fit, and when it will.
+	Limit *deny.LimitInfo `json:"limit,omitempty"`
 }
 
 // MetaKeyDenial is the _meta member of a tool result that denies a call
@@ -235,7 +238,7 @@ func (d *decision) errorData() errorData {
 		Reason: d.Denial.Reason, Drift: d.Denial.Reason.Drift(), ReturnTo: d.Denial.Reason.ReturnTo(),
 		Detail: d.Denial.Detail, ServerID: d.ServerID, Tool: d.Tool,
 		SnapshotDigest: d.SchemaDigest, LiveDigest: d.liveDigest, SnapshotPolicy: d.PolicyDigest,
-		AllowedTools: d.allowedTools,
+		AllowedTools: d.allowedTools, Limit: d.Denial.Limit,
 	}
 	if d.snapshot != nil {
 		data.Epoch = d.snapshot.Epoch

@@ -20,6 +20,7 @@ import (
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/policy"
 )
 
 // Catalog is capsnap's live view of each server's tools: the seam between
@@ -93,7 +94,9 @@ type Server struct {
 	denials   config.Denials
 	schemas   schemas
 	snapshots cache.Store
-	ttl       time.Duration
+	// counters hold the budgets and rate limits: the snapshot store's.
+	counters policy.Counters
+	ttl      time.Duration
 	// delivered is true with config.BindDelivered.
 	delivered   bool
 	maxResponse int
@@ -173,6 +176,9 @@ func New(o Options) (*Server, error) {
 		}
 		s.observe[id] = true
 	}
+	// The store that keeps snapshots keeps the budgets and rate limits
+	// too: in this process, or shared by every replica.
+	s.counters, _ = o.Snapshots.(policy.Counters)
 	shared, _ := o.Snapshots.(cache.Redemptions)
 	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
 	if s.now == nil {
@@ -307,6 +313,9 @@ type decision struct {
 	// observed marks a decision on a server in config.ModeObserve, which
 	// is made, audited and counted, and not enforced.
 	observed bool
+	// reserved are what an allowed call took from its budgets and rate
+	// limits.
+	reserved []policy.Reservation
 	// batch is set for a batch of several messages, whose denial cannot
 	// answer them all with one JSON-RPC error.
 	batch bool

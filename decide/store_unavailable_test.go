@@ -6,6 +6,7 @@ import (
 
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/policy"
 )
 
 // failingStore is a shared store that cannot answer one kind of request.
@@ -131,4 +132,11 @@ func TestStoreUnavailableDenies(t *testing.T) {
 			}
 		})
 	}
+}
+
+func (f *failingStore) Reserve(c policy.Charge) (policy.Usage, error) {
+	if err := f.err("Reserve"); err != nil {
+		return policy.Usage{}, err
+	}
+	return f.Memory.Reserve(c)
 }

@@ -95,7 +95,7 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 		return fail
 	}
 	// The snapshot is the call log it keeps (cache.Snapshot.Follows).
-	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Snapshot: snap.Epoch, Log: snap}
+	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Snapshot: snap.Epoch, Log: snap, Counters: s.counters}
 	for _, t := range rule.Terms {
 		if fail := termFailed(t, call, false); fail != nil {
 			return fail
@@ -106,11 +106,13 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 	if fail := s.signEnvelope(d); fail != nil {
 		return fail
 	}
-	for _, t := range rule.Terms {
-		if fail := termFailed(t, call, true); fail != nil {
-			return fail
-		}
+	// Nothing after this can deny: what is reserved stays taken. A term
+	// that denies gives back what the ones before it took (policy.Record).
+	reserved, err := policy.Record(rule.Terms, call)
+	if err != nil {
+		return asDenial(err)
 	}
+	d.reserved = reserved
 	return nil
 }
 
@@ -121,7 +123,12 @@ func termFailed(t policy.Term, call policy.Call, records bool) *deny.Error {
 	if t.Records() != records {
 		return nil
 	}
-	err := t.Check(call)
+	return asDenial(t.Check(call))
+}
+
+// asDenial is err, a term's, as the call's denial: the term's own, or any
+// other error the store's, which fails the call closed.
+func asDenial(err error) *deny.Error {
 	if err == nil {
 		return nil
 	}

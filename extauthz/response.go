@@ -320,6 +320,11 @@ func denied(o *decide.Outcome) *authv3.CheckResponse {
 		n = len(kv)
 	}
 	headers := overwrite(kv[:n]...)
+	// An HTTP client retries a 429 after Retry-After; in a 200 the
+	// JSON-RPC error's data.limit says when.
+	if after := o.Denial.Limit.RetryAfter(); after != "" && o.Status != 200 {
+		headers = append(headers, overwrite("retry-after", after)...)
+	}
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: o.Denial.Error()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{

@@ -47,6 +47,7 @@ import (
 // to. Replace it with that scrape, not with a second copy.
 var knownMetrics = map[string]string{
 	"capsnap_decisions_total":              "counter",
+	"capsnap_limit_decisions_total":        "counter",
 	"capsnap_check_duration_seconds":       "histogram",
 	"capsnap_snapshots_minted_total":       "counter",
 	"capsnap_snapshots_active":             "gauge",
