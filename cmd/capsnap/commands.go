@@ -172,26 +172,39 @@ SIGINT or SIGTERM; SIGHUP reloads the policy, never loosening it.`,
 }
 
 func newCheckCmd() *cobra.Command {
-	var path, envoyPath string
+	var (
+		path, envoyPath string
+		connect         bool
+		timeout         time.Duration
+	)
 	c := &cobra.Command{
-		Use:                   "check --config FILE [--envoy FILE]",
+		Use:                   "check --config FILE [--envoy FILE] [--connect [--timeout 30s]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Validate the configuration, policy and catalog files, then exit",
 		Long: `Validate the configuration, the policy and any catalog files without serving:
-exit 0 when they are valid, 1 when not. With --envoy and discovery.bind
+exit 0 when they are valid, 1 when not. The policy is held to the tools of
+the catalog files: a constraint or budget that reads an argument a tool's
+inputSchema does not declare is an error. With --connect every server is
+listed live, as serve would list it, and held to the same; a live tool the
+policy does not classify is an error too. With --envoy and discovery.bind
 delivered, warn (still exit 0) where that Envoy bootstrap would not send
 tools/list responses back to capsnap (the response path).`,
-		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
+		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --connect\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
 		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if path == "" {
-				return usageError{"check: exactly --config FILE is required, and --envoy FILE is optional"}
+				return usageError{"check: exactly --config FILE is required; --envoy FILE and --connect are optional"}
 			}
-			return check(path, envoyPath, c.OutOrStdout(), c.ErrOrStderr())
+			if timeout <= 0 {
+				return usageError{fmt.Sprintf("check: --timeout %s is not positive", timeout)}
+			}
+			return check(path, envoyPath, connect, timeout, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
 	c.Flags().StringVar(&envoyPath, "envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
+	c.Flags().BoolVar(&connect, "connect", false, "list every server live and hold the policy to its tools")
+	c.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "with --connect, how long every server has to list its tools")
 	return c
 }
 
@@ -240,15 +253,22 @@ func newPolicyCmd() *cobra.Command {
 }
 
 func newPolicyLintCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "lint FILE",
-		Short:   "Validate a policy file and print its warnings",
-		Example: "  capsnap policy lint policy.yaml",
+	var catalogs []string
+	c := &cobra.Command{
+		Use:   "lint FILE [--catalog SERVER=TOOLS_JSON]...",
+		Short: "Validate a policy file and print its warnings",
+		Long: `Validate a policy file and print its warnings. With --catalog, a server's
+tools/list result (as a catalog file holds it), every constraint and budget
+amount that reads an argument the tool's inputSchema does not declare is an
+error: exit 1. Warnings alone exit 0.`,
+		Example: "  capsnap policy lint policy.yaml\n  capsnap policy lint policy.yaml --catalog billing=billing-tools.json",
 		Args:    oneFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			return policyLint(args[0], c.OutOrStdout())
+			return policyLint(args[0], catalogs, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
+	c.Flags().StringArrayVar(&catalogs, "catalog", nil, "SERVER=FILE: hold the policy to the tools of a tools/list result (repeatable)")
+	return c
 }
 
 func newPolicyExplainCmd() *cobra.Command {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -31,10 +32,12 @@ import (
 	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/policy"
 	"github.com/capsnap/capsnap/tracing"
 )
 
@@ -48,7 +51,7 @@ const shutdownGrace = 10 * time.Second
 // check validates the configuration at path, and everything it names,
 // the way serve loads them; and the Envoy bootstrap at envoyPath, if any
 // (checkEnvoy).
-func check(path, envoyPath string, stdout, stderr io.Writer) error {
+func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
@@ -78,8 +81,60 @@ func check(path, envoyPath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), envoyNote)
+	problems, toolsNote, err := checkTools(cfg, rules.Policy, connect, timeout)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		fmt.Fprintf(stderr, "error: %s: %s\n", path, p)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check: %s: %s", path, countOf(len(problems), "error"))
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), toolsNote, envoyNote)
 	return nil
+}
+
+// checkTools holds the policy to the servers' tools: the catalog files',
+// and with connect every server's live list, fetched as serve would. Each
+// constraint or budget amount that reads an argument a tool's inputSchema
+// does not declare is a problem (it would deny every call at run time),
+// and with connect so is each live tool the policy does not classify
+// (every call to it is denied unclassified_tool).
+func checkTools(cfg config.Config, p *policy.Policy, connect bool, timeout time.Duration) (problems []string, note string, err error) {
+	if !connect {
+		// Without --connect nothing is asked of a server over the network.
+		cfg.Servers = slices.DeleteFunc(slices.Clone(cfg.Servers), func(s config.Server) bool { return s.CatalogFile == "" })
+	}
+	if len(cfg.Servers) == 0 {
+		return nil, "", nil
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	lists, err := liveLists(ctx, cfg, timeout)
+	if err != nil {
+		return nil, "", fmt.Errorf("check: %w", err)
+	}
+	schemas := func(server, tool string) (json.RawMessage, bool) {
+		t, ok := lists[server].Tools[tool]
+		return t.InputSchema, ok && t.InputSchema != nil
+	}
+	problems = policy.LintArguments(p, schemas)
+	tools := 0
+	for _, id := range slices.Sorted(maps.Keys(lists)) {
+		for _, name := range slices.Sorted(maps.Keys(lists[id].Tools)) {
+			tools++
+			_, err := p.Decide("", id, name)
+			if de, ok := deny.As(err); connect && ok && de.Reason == deny.UnclassifiedTool {
+				problems = append(problems, fmt.Sprintf("server %s serves tool %q, which the policy does not classify: every call to it is denied unclassified_tool", id, name))
+			}
+		}
+	}
+	how := "from catalog files"
+	if connect {
+		how = "listed live"
+	}
+	return problems, fmt.Sprintf(", %s %s", countOf(tools, "tool"), how), nil
 }
 
 // checkEnvoy checks that the Envoy bootstrap at path, if any, sends the
