@@ -200,6 +200,23 @@ type Server struct {
 	GrantKeyFile string `yaml:"grant_key_file"`
 	// Mode overrides the top-level mode for this server.
 	Mode string `yaml:"mode"`
+	// ReleaseOnError gives back what a call reserved of its budgets and
+	// rate limits when this server answers it with a JSON-RPC error or a
+	// tool result with isError. Only for a server whose failures mean
+	// nothing was done: a server that errs after moving the money would
+	// hand the budget back for more.
+	ReleaseOnError bool `yaml:"release_on_error"`
+}
+
+// ReleasingOnError lists the servers with release_on_error.
+func (c Config) ReleasingOnError() []string {
+	var ids []string
+	for _, s := range c.Servers {
+		if s.ReleaseOnError {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
 
 // ClientCapabilityNames are the client capabilities capsnap can declare.

@@ -38,36 +38,48 @@ type listing struct {
 // listing key, both base64url. The response half trusts a ticket only
 // under that MAC, so that a caller of the ext_proc service cannot mint a
 // snapshot that no Check allowed the listing of.
-func (s *Server) seal(l listing) string {
-	payload, _ := json.Marshal(l) // strings, a validated id, an integer
-	mac := hmac.New(sha256.New, s.listingKey)
-	mac.Write(payload)
-	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
+func (s *Server) seal(l listing) string { return sealWith(s.listingKey, l) }
 
 func (s *Server) open(ticket string, now time.Time) (listing, error) {
 	var l listing
-	p, m, ok := strings.Cut(ticket, ".")
-	if !ok {
-		return l, errors.New("the listing ticket is not payload.mac")
-	}
-	payload, err1 := base64.RawURLEncoding.DecodeString(p)
-	sum, err2 := base64.RawURLEncoding.DecodeString(m)
-	if err1 != nil || err2 != nil {
-		return l, errors.New("the listing ticket is not base64url")
-	}
-	mac := hmac.New(sha256.New, s.listingKey)
-	mac.Write(payload)
-	if !hmac.Equal(sum, mac.Sum(nil)) {
-		return l, errors.New("the listing ticket's MAC does not verify")
-	}
-	if err := json.Unmarshal(payload, &l); err != nil {
-		return l, fmt.Errorf("the listing ticket: %w", err)
+	if err := openWith(s.listingKey, "listing", ticket, &l); err != nil {
+		return l, err
 	}
 	if now.Unix() > l.Expires {
 		return l, errors.New("the listing ticket has expired")
 	}
 	return l, nil
+}
+
+// sealWith is v's JSON and its MAC under key, both base64url: a ticket a
+// Check hands the response path through Envoy's dynamic metadata.
+func sealWith(key []byte, v any) string {
+	payload, _ := json.Marshal(v) // strings, validated JSON, integers
+	mac := hmac.New(sha256.New, key)
+	mac.Write(payload)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// openWith reads a kind of ticket sealWith made under key into v.
+func openWith(key []byte, kind, ticket string, v any) error {
+	p, m, ok := strings.Cut(ticket, ".")
+	if !ok {
+		return fmt.Errorf("the %s ticket is not payload.mac", kind)
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p)
+	sum, err2 := base64.RawURLEncoding.DecodeString(m)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("the %s ticket is not base64url", kind)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(payload)
+	if !hmac.Equal(sum, mac.Sum(nil)) {
+		return fmt.Errorf("the %s ticket's MAC does not verify", kind)
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("the %s ticket: %w", kind, err)
+	}
+	return nil
 }
 
 // list is the request half of a tools/list on the response path: the

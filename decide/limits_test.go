@@ -172,3 +172,62 @@ func TestLimitsFailClosed(t *testing.T) {
 		t.Errorf("with the store back: %q %s", o.reason, o.data.Detail)
 	}
 }
+
+// On a server whose failed calls give back what they reserved, the answer
+// decides: a JSON-RPC error or a tool result with isError gives the
+// refund's amount back, a result keeps it; a server without the setting
+// hands the response path no ticket.
+func TestReleaseOnError(t *testing.T) {
+	refund := func(t *testing.T, f *fixture, amount float64) string {
+		t.Helper()
+		resp, err := f.Check(context.Background(), refundOf(amount).request())
+		if err != nil || resp.GetOkResponse() == nil {
+			t.Fatalf("refund of %v: %v %v", amount, resp, err)
+		}
+		return onTheWire(t, resp).GetDynamicMetadata().GetFields()["release"].GetStringValue()
+	}
+	for _, tt := range []struct {
+		name    string
+		answer  string
+		head    ResponseHead
+		give    bool
+		settled bool
+	}{
+		{"a JSON-RPC error", `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"ledger down"}}`, okJSON, true, true},
+		{"a tool error in an event", "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[],\"isError\":true}}\n\n", ResponseHead{Status: 200, ContentType: "text/event-stream"}, true, true},
+		{"a result", `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`, okJSON, false, true},
+		{"another id's error", `{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":"x"}}`, okJSON, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := limitsFixture(t, func(o *Options) { o.ReleaseOnError = []string{"billing"} })
+			refund(t, f, 250)
+			ticket := refund(t, f, 250)
+			if ticket == "" {
+				t.Fatal("no release ticket in the metadata")
+			}
+			if settled := f.Settle(ticket, tt.head, []byte(tt.answer)); settled != tt.settled {
+				t.Errorf("Settle = %v, want %v", settled, tt.settled)
+			}
+			o := f.call(t, refundOf(250))
+			if given := o.reason == ""; given != tt.give {
+				t.Fatalf("after the answer, a third refund of 250: %q (%s); want it allowed: %v", o.reason, o.data.Detail, tt.give)
+			}
+			if got := testutil.ToFloat64(f.metrics.limits.WithLabelValues("budget", "daily_refunds", "released")); (got == 1) != tt.give {
+				t.Errorf("released counted %v", got)
+			}
+			if tt.give {
+				if last := auditLines(t, f); last[len(last)-2]["released"] == nil {
+					t.Errorf("no released in the audit line: %v", last[len(last)-2])
+				}
+			}
+		})
+	}
+
+	f := limitsFixture(t)
+	if ticket := refund(t, f, 10); ticket != "" {
+		t.Errorf("a server without release_on_error handed out %q", ticket)
+	}
+	if f.Settle("forged.ticket", okJSON, []byte(`{"jsonrpc":"2.0","id":1,"error":{}}`)) != true {
+		t.Error("a forged ticket is not given up on")
+	}
+}

@@ -74,8 +74,10 @@ type Outcome struct {
 	// the grant it is under, if any.
 	Envelope, Grant string
 	// Listing is the ticket of an allowed tools/list on the response path,
-	// for its response's Deliver.
-	Listing string
+	// for its response's Deliver; Release that of an allowed tools/call
+	// that reserved on a server whose failed calls give it back, for its
+	// answer's Settle.
+	Listing, Release string
 	// ClientHeaders are the x-capsnap-* headers the client sent: none may
 	// reach the upstream but as capsnap sets it.
 	ClientHeaders []string

@@ -73,6 +73,10 @@ type Options struct {
 	// Observe are the servers in config.ModeObserve: their decisions are
 	// made, audited and counted, and none is enforced.
 	Observe []string
+	// ReleaseOnError are the servers whose failed calls (a JSON-RPC error,
+	// a tool result with isError) give back what they reserved of their
+	// budgets and rate limits, through the response path (Settle).
+	ReleaseOnError []string
 	// Audit receives one line per decision.
 	Audit   zerolog.Logger
 	Metrics *Metrics
@@ -89,11 +93,15 @@ type Server struct {
 	catalog Catalog
 	servers map[string]bool
 	// observe are the servers in config.ModeObserve.
-	observe   map[string]bool
-	rules     atomic.Pointer[Rules]
-	denials   config.Denials
-	schemas   schemas
-	snapshots cache.Store
+	observe map[string]bool
+	// releaseOnError are the servers of Options.ReleaseOnError, and
+	// releaseKey seals their release tickets (release.go).
+	releaseOnError map[string]bool
+	releaseKey     []byte
+	rules          atomic.Pointer[Rules]
+	denials        config.Denials
+	schemas        schemas
+	snapshots      cache.Store
 	// counters hold the budgets and rate limits: the snapshot store's.
 	counters policy.Counters
 	ttl      time.Duration
@@ -166,6 +174,7 @@ func New(o Options) (*Server, error) {
 		s.listingKey = make([]byte, 32)
 		_, _ = rand.Read(s.listingKey) // crypto/rand.Read never fails on supported platforms
 	}
+	s.releaseKey = releaseKey(s.listingKey)
 	for _, id := range o.Servers {
 		s.servers[id] = true
 	}
@@ -175,6 +184,13 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("decide: observed server %q is not configured", id)
 		}
 		s.observe[id] = true
+	}
+	s.releaseOnError = map[string]bool{}
+	for _, id := range o.ReleaseOnError {
+		if !s.servers[id] {
+			return nil, fmt.Errorf("decide: release_on_error server %q is not configured", id)
+		}
+		s.releaseOnError[id] = true
 	}
 	// The store that keeps snapshots keeps the budgets and rate limits
 	// too: in this process, or shared by every replica.

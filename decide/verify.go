@@ -113,6 +113,7 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 		return asDenial(err)
 	}
 	d.reserved = reserved
+	d.Release = s.releaseTicket(d)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/capsnap/capsnap/testbed"
@@ -133,5 +134,36 @@ func deliveryRawListAs(t *testing.T, s *testbed.Stack, agent string) {
 		map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"})
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(testbed.EpochHeader) == "" {
 		t.Fatalf("tools/list: %d\n%s", resp.StatusCode, body)
+	}
+}
+
+// With billing's release_on_error, a refund the server answers with a tool
+// error (an order that does not exist) gives its USD 250 back through the
+// response path, so two real refunds of 250 still fit the USD 500 budget;
+// a third does not.
+func TestReleaseOnError(t *testing.T) {
+	s := startStackWith(t, func(o *testbed.StackOptions) {
+		o.Policy, o.ReleaseOnError = []byte(limitsPolicy), true
+	})
+	const agent = "spiffe://acme/agent/release"
+	deliveryRawListAs(t, s, agent)
+	call := func(id int, tool, args string) (*http.Response, []byte) {
+		return postWith(t, s, agent, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id, tool, args),
+			map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool})
+	}
+	if resp, body := call(2, "lookup_order", `{"order_id":"A-100"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("lookup: %d %s", resp.StatusCode, body)
+	}
+	want := []struct {
+		order, result string
+	}{{"X-404", `"isError":true`}, {"A-100", "Refund rf_"}, {"A-100", "Refund rf_"}, {"A-100", "budget_exhausted"}}
+	for i, w := range want {
+		_, body := call(3+i, "refund", fmt.Sprintf(`{"order_id":%q,"amount":250,"reason_code":"damaged"}`, w.order))
+		if !strings.Contains(string(body), w.result) {
+			t.Fatalf("refund %d (%s): %s, want %s", i+1, w.order, body, w.result)
+		}
+	}
+	if n := replicaMetric(t, s, 0, "capsnap_limit_decisions_total", "result", "released"); n != 1 {
+		t.Errorf("capsnap_limit_decisions_total{result=released} = %v, want 1", n)
 	}
 }

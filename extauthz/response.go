@@ -61,7 +61,7 @@ func response(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
 // answer 265 of its ~700 bytes, which Envoy decodes on every call
 // (BENCHMARKS.md).
 func metadata(o *decide.Outcome) protoreflect.RawFields {
-	if o.Pinned() {
+	if o.Pinned() && o.Release == "" {
 		return allowedCallMetadata
 	}
 	// An observed denial is logged as the allow it was, with the reason it
@@ -82,6 +82,9 @@ func metadata(o *decide.Outcome) protoreflect.RawFields {
 		// makes Envoy send its response, and only its response, to
 		// capsnap's ext_proc service, where the snapshot is minted.
 		entry{"epoch", o.Epoch}, entry{"listing", o.Listing},
+		// release, on an allowed call whose answer may give back what it
+		// reserved, is what ext_proc hands Settle with the answer.
+		entry{"release", o.Release},
 	)
 }
 

@@ -50,6 +50,7 @@ const MetadataNamespace = "envoy.filters.http.ext_authz"
 type Decider interface {
 	Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery
 	Screen(serverID string, head decide.ResponseHead, content []byte) []byte
+	Settle(ticket string, head decide.ResponseHead, content []byte) bool
 	MaxResponseBytes() int
 }
 
@@ -81,7 +82,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// server the route's server_id, from the Check's metadata; sc
 		// screens any other answer streamed in full duplex.
 		ticket, server string
-		sc             *screen
+		// release is the release ticket of an allowed call whose answer
+		// may give back what it reserved (decide.Server.Settle).
+		release string
+		sc      *screen
 	)
 	for {
 		req, err := stream.Recv()
@@ -100,6 +104,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if md := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace]; md != nil {
 			ticket = md.GetFields()["listing"].GetStringValue()
 			server = md.GetFields()["server_id"].GetStringValue()
+			release = md.GetFields()["release"].GetStringValue()
 		}
 		// resps answer req; last says they end the stream.
 		var (
@@ -117,7 +122,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			head = responseHead(r.ResponseHeaders.GetHeaders())
 			if ticket == "" {
 				var resp *extprocv3.ProcessingResponse
-				sc, resp = s.screenHeaders(head, server, duplex && !r.ResponseHeaders.GetEndOfStream())
+				sc, resp = s.screenHeaders(head, server, release, duplex && !r.ResponseHeaders.GetEndOfStream())
 				resps, last = append(resps, resp), resp.GetImmediateResponse() != nil
 				break
 			}
@@ -135,7 +140,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			chunk, end := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
 			if ticket == "" {
-				if resps, err = s.screenBody(sc, head, server, chunk, end); err != nil {
+				if resps, err = s.screenBody(sc, head, server, release, chunk, end); err != nil {
 					return err
 				}
 				break

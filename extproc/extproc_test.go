@@ -31,6 +31,14 @@ type recorder struct {
 	// the server it was given.
 	screened []string
 	server   string
+	// settled is what Settle was given, one entry a call, with its
+	// ticket; Settle finds the response in content that says ANSWER.
+	settled []string
+}
+
+func (r *recorder) Settle(ticket string, _ decide.ResponseHead, content []byte) bool {
+	r.settled = append(r.settled, ticket+" "+string(content))
+	return strings.Contains(string(content), "ANSWER")
 }
 
 // Screen stands for the decision on an answer that is not a tools/list's

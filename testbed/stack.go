@@ -114,6 +114,9 @@ type StackOptions struct {
 	// Tracing, if set, is capsnap's tracing section as a YAML flow
 	// mapping, e.g. "{endpoint: 127.0.0.1:4317, insecure: true}".
 	Tracing string
+	// ReleaseOnError sets billing's servers[].release_on_error: a failed
+	// call gives back what it reserved of its budgets.
+	ReleaseOnError bool
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -305,19 +308,23 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 		sections = "denials: " + s.opts.Denials
 	}
 	if servers == "" {
+		release := ""
 		grant := func(id string) string {
 			if !s.opts.Grants {
 				return ""
 			}
 			return "\n    grant_key_file: " + GrantKeyFile(s.opts.Dir, id) + ".pub"
 		}
+		if s.opts.ReleaseOnError {
+			release = "\n    release_on_error: true"
+		}
 		servers = fmt.Sprintf(`servers:
   - id: billing
     url: %s/mcp
-    resync_interval: 2s%s
+    resync_interval: 2s%s%s
   - id: payments
     url: %s/mcp
-    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), s.ServerURL("payments"), grant("payments"))
+    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), release, s.ServerURL("payments"), grant("payments"))
 	}
 	if len(s.envelopeKeys) > 0 {
 		sections += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))

@@ -248,6 +248,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
 		Observe:          cfg.Observed(),
+		ReleaseOnError:   cfg.ReleasingOnError(),
 		Audit:            auditLog,
 		Metrics:          decide.NewMetrics(reg),
 		Envelope:         keys,
