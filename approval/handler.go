@@ -123,6 +123,7 @@ type refusal struct {
 	err     error
 	status  int
 	code    string
+	title   string
 	message string
 }
 
@@ -131,16 +132,16 @@ type refusal struct {
 // any other error, a store that cannot answer: nothing is ever approved
 // without it.
 var apiErrors = []refusal{
-	{ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated", "a valid approver token is required"},
-	{ErrNotApprover, http.StatusForbidden, "not_an_approver", "you are not one of this request's approvers"},
-	{ErrSelfApproval, http.StatusForbidden, "self_approval", "the requesting principal may not approve its own call"},
-	{ErrNotFound, http.StatusNotFound, "not_found", "there is no such approval request"},
-	{ErrDecided, http.StatusConflict, "already_decided", "the request is already decided"},
-	{ErrExpired, http.StatusGone, "expired", "the request has expired; the agent's next call opens a new one"},
-	{errCSRF, http.StatusForbidden, "csrf", "the form's CSRF token is missing or invalid: reload the page and decide again"},
-	{errCrossOrigin, http.StatusForbidden, "cross_origin", "a cross-origin form is refused"},
-	{errBadRequest, http.StatusBadRequest, "bad_request", "the request is malformed"},
-	{nil, http.StatusServiceUnavailable, "store_unavailable", "the approval store cannot answer now; nothing was decided"},
+	{ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated", "Sign in to decide", "A valid approver token is required."},
+	{ErrNotApprover, http.StatusForbidden, "not_an_approver", "Not yours to decide", "You are not one of this request's approvers."},
+	{ErrSelfApproval, http.StatusForbidden, "self_approval", "Not yours to approve", "The requesting principal may not approve its own call."},
+	{ErrNotFound, http.StatusNotFound, "not_found", "No such request", "There is no such approval request."},
+	{ErrDecided, http.StatusConflict, "already_decided", "Already decided", "The request is already decided."},
+	{ErrExpired, http.StatusGone, "expired", "Expired", "The request has expired; the agent's next call asks again."},
+	{errCSRF, http.StatusForbidden, "csrf", "Form expired or forged", "The form's CSRF token is missing or invalid: open the request again and decide."},
+	{errCrossOrigin, http.StatusForbidden, "cross_origin", "Refused", "A form from another origin is refused."},
+	{errBadRequest, http.StatusBadRequest, "bad_request", "Malformed request", "The request is malformed."},
+	{nil, http.StatusServiceUnavailable, "store_unavailable", "Try again shortly", "The approval store cannot answer now; nothing was decided."},
 }
 
 var (

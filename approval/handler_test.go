@@ -56,7 +56,7 @@ func (a answer) code(t *testing.T) string {
 		}
 		return b.Error.Code
 	}
-	if m := regexp.MustCompile(`<p class="code" id="code">([a-z_]+)</p>`).FindStringSubmatch(a.body); m != nil {
+	if m := regexp.MustCompile(`<span id="code">([a-z_]+)</span>`).FindStringSubmatch(a.body); m != nil {
 		return m[1]
 	}
 	return ""

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -46,7 +47,7 @@ type pageData struct {
 	Arguments  string
 	Created    string
 	Expires    string
-	TTL        time.Duration
+	TTL        string
 	CSRF       string
 	CanApprove bool
 	Outcome    string
@@ -56,6 +57,7 @@ type pageData struct {
 	Code    string
 	Login   bool
 	Next    string
+	Back    string
 }
 
 func (h *handler) render(w http.ResponseWriter, status int, t *template.Template, d pageData) {
@@ -71,17 +73,19 @@ func (h *handler) render(w http.ResponseWriter, status int, t *template.Template
 	_, _ = w.Write(b.Bytes())
 }
 
-// pageRefuse answers a browser with err's refusal: the sign-in form for a
-// missing or invalid token, returning to request next.
-func (h *handler) pageRefuse(w http.ResponseWriter, r *http.Request, err error, approver, next string) {
+// pageRefuse answers a browser with err's refusal, and a way back to
+// request id: the sign-in form for a missing or invalid token, a link to
+// its page for a decision refused.
+func (h *handler) pageRefuse(w http.ResponseWriter, r *http.Request, err error, approver, id string) {
 	ref := h.refused(r, err)
-	d := pageData{Title: "Not possible", Error: true, Message: ref.message, Code: ref.code, Approver: approver}
-	if ref.status == http.StatusUnauthorized {
-		d.Title, d.Error, d.Login = "Sign in to decide", false, true
+	d := pageData{Title: ref.title, Error: true, Message: ref.message, Code: ref.code, Approver: approver}
+	switch {
+	case !ValidID(id) || ref.code == "not_found":
+	case ref.status == http.StatusUnauthorized:
+		d.Error, d.Login, d.Next = false, true, id
 		d.Message = "Sign in with your approver token to see this request."
-		if ValidID(next) {
-			d.Next = next
-		}
+	case r.Method == http.MethodPost:
+		d.Back = "/approvals/" + id
 	}
 	h.render(w, ref.status, messagePage, d)
 }
@@ -150,7 +154,7 @@ func (h *handler) requestData(a Approver, req Request) pageData {
 	now := h.s.c.Now()
 	d := pageData{
 		Title: fmt.Sprintf("%s on %s", req.Binding.Tool, req.Binding.Server), Approver: a.ID,
-		Request: &req, Arguments: args, TTL: req.ApprovalTTL,
+		Request: &req, Arguments: args, TTL: human(req.ApprovalTTL),
 		Created: when(req.Created, now), Expires: when(req.Expires, now),
 		CSRF:       h.csrfToken(a.ID, req.ID, now),
 		CanApprove: a.ID != req.Binding.Principal || req.SelfApprove,
@@ -175,11 +179,31 @@ func when(t, now time.Time) string {
 	d := t.Sub(now).Round(time.Second)
 	switch {
 	case d > 0:
-		return fmt.Sprintf("%s (in %s)", stamp(t), d)
+		return fmt.Sprintf("%s (in %s)", stamp(t), human(d))
 	case d < 0:
-		return fmt.Sprintf("%s (%s ago)", stamp(t), -d)
+		return fmt.Sprintf("%s (%s ago)", stamp(t), human(-d))
 	}
 	return stamp(t) + " (now)"
+}
+
+// human is d in words a person reads at a glance: "1 h 5 min", "15 min",
+// "40 s".
+func human(d time.Duration) string {
+	d = d.Round(time.Second)
+	var parts []string
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "min"}, {time.Second, "s"}} {
+		if n := d / u.d; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, u.name))
+			d -= n * u.d
+		}
+	}
+	if len(parts) == 0 {
+		return "0 s"
+	}
+	return strings.Join(parts, " ")
 }
 
 // form is the page's Approve or Deny.
@@ -196,7 +220,7 @@ func (h *handler) form(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
-		h.pageRefuse(w, r, fmt.Errorf("%w: %w", errBadRequest, err), a.ID, "")
+		h.pageRefuse(w, r, fmt.Errorf("%w: %w", errBadRequest, err), a.ID, id)
 		return
 	}
 	if !ValidID(id) {
@@ -205,7 +229,7 @@ func (h *handler) form(w http.ResponseWriter, r *http.Request) {
 	}
 	if !h.csrfValid(r.PostFormValue("csrf"), a.ID, id, h.s.c.Now()) {
 		h.log.Warn().Str("approver", a.ID).Str("approval", id).Msg("approval form without a valid CSRF token")
-		h.pageRefuse(w, r, errCSRF, a.ID, "")
+		h.pageRefuse(w, r, errCSRF, a.ID, id)
 		return
 	}
 	var approve bool
@@ -214,16 +238,16 @@ func (h *handler) form(w http.ResponseWriter, r *http.Request) {
 		approve = true
 	case "deny":
 	default:
-		h.pageRefuse(w, r, fmt.Errorf("%w: no action", errBadRequest), a.ID, "")
+		h.pageRefuse(w, r, fmt.Errorf("%w: no action", errBadRequest), a.ID, id)
 		return
 	}
 	reason := r.PostFormValue("reason")
 	if len(reason) > maxReason {
-		h.pageRefuse(w, r, fmt.Errorf("%w: the reason is longer than %d bytes", errBadRequest, maxReason), a.ID, "")
+		h.pageRefuse(w, r, fmt.Errorf("%w: the reason is longer than %d bytes", errBadRequest, maxReason), a.ID, id)
 		return
 	}
 	if _, err := h.decide(a, id, approve, reason); err != nil {
-		h.pageRefuse(w, r, err, a.ID, "")
+		h.pageRefuse(w, r, err, a.ID, id)
 		return
 	}
 	http.Redirect(w, r, "/approvals/"+id, http.StatusSeeOther)
