@@ -171,7 +171,7 @@ func (h *handler) refused(r *http.Request, err error) refusal {
 	return ref
 }
 
-// token is the bearer token of an API call; the cookie is never read.
+// bearer is the bearer token of an API call; the cookie is never read.
 func bearer(r *http.Request) string {
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
