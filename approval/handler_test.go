@@ -5,10 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/approval"
 )
@@ -375,5 +379,33 @@ func TestSignInForm(t *testing.T) {
 	}
 	if a := post("alice-token", r.ID, "Sec-Fetch-Site", "cross-site"); a.status != 403 || a.code(t) != "cross_origin" {
 		t.Fatalf("sign in from another site = %d %s", a.status, a.code(t))
+	}
+}
+
+// With development tokens every page says so; with a real authenticator
+// none does.
+func TestDevBanner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte("tokens:\n  - {token: oncall-token-0123456789, approver: alice@acme.example}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := approval.LoadDevTokens(path, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		auth   approval.Authenticator
+		token  string
+		banner bool
+	}{{dev, "oncall-token-0123456789", true}, {testTokens, "alice-token", false}} {
+		e := newEnv(t, tc.auth)
+		r := e.open(t, "sha256:r")
+		page := e.signIn(t, tc.token).get(r.ID)
+		signIn := do(t, "GET", e.srv.URL+"/approvals/"+r.ID, "", nil)
+		for _, a := range []answer{page, signIn} {
+			if got := strings.Contains(a.body, `id="dev"`); got != tc.banner {
+				t.Errorf("%T: banner %v, want %v", tc.auth, got, tc.banner)
+			}
+		}
 	}
 }
