@@ -74,6 +74,46 @@ type Config struct {
 	Mode string `yaml:"mode"`
 	// Tracing exports a span per decision to an OpenTelemetry collector.
 	Tracing Tracing `yaml:"tracing"`
+	// Approvals serves the approval page and API, where people approve
+	// the calls the policy holds for approval (docs/APPROVALS.md).
+	Approvals Approvals `yaml:"approvals"`
+}
+
+// Approvals configures human approval of exact calls.
+type Approvals struct {
+	// Addr is the approval page and API's listener; empty turns approvals
+	// off, and a policy with an approval rule is then refused.
+	Addr string `yaml:"addr"`
+	// BaseURL is where approvers reach Addr (behind a proxy, its public
+	// URL); empty means http://Addr.
+	BaseURL string `yaml:"base_url"`
+	// PendingTTL is how long a request waits for a person before it lapses.
+	PendingTTL time.Duration `yaml:"pending_ttl"`
+	// Auth says how approvers prove who they are.
+	Auth ApprovalAuth `yaml:"auth"`
+	// Webhook, if URL is set, is told of every new request.
+	Webhook Webhook `yaml:"webhook"`
+}
+
+// ApprovalAuth is the approvers' tokens: JWTs against a JWKS, or, for
+// development only, a file of static tokens.
+type ApprovalAuth struct {
+	JWKSFile      string `yaml:"jwks_file"`
+	JWKSURL       string `yaml:"jwks_url"`
+	Issuer        string `yaml:"issuer"`
+	Audience      string `yaml:"audience"`
+	IdentityClaim string `yaml:"identity_claim"`
+	GroupsClaim   string `yaml:"groups_claim"`
+	// DevTokensFile maps static tokens to identities and groups: no
+	// signature, no expiry. For the demo; never in production.
+	DevTokensFile string `yaml:"dev_tokens_file"`
+}
+
+// Webhook is where new approval requests are announced: a JSON POST a
+// Slack-style incoming webhook shows as text.
+type Webhook struct {
+	URL     string        `yaml:"url"`
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Tracing configures OpenTelemetry tracing: a span for each decision,
@@ -411,6 +451,8 @@ func Default() Config {
 		Log:       Log{Level: "info", Format: "json"},
 		Mode:      ModeEnforce,
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "capsnap"},
+		Approvals: Approvals{PendingTTL: 15 * time.Minute,
+			Auth: ApprovalAuth{IdentityClaim: "sub", GroupsClaim: "groups"}, Webhook: Webhook{Timeout: 5 * time.Second}},
 	}
 }
 

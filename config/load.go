@@ -78,4 +78,6 @@ func (c *Config) resolvePaths(dir string) {
 		c.Servers[i].GrantKeyFile = abs(c.Servers[i].GrantKeyFile)
 	}
 	c.resolveAccessPaths(abs)
+	a := &c.Approvals.Auth
+	a.JWKSFile, a.DevTokensFile = abs(a.JWKSFile), abs(a.DevTokensFile)
 }

@@ -79,6 +79,9 @@ func (c Config) Validate() error {
 	if err := c.Tracing.validate(); err != nil {
 		return fmt.Errorf("tracing.%w", err)
 	}
+	if err := c.Approvals.validate(c.GRPCAddr, c.AdminAddr); err != nil {
+		return fmt.Errorf("approvals.%w", err)
+	}
 	if len(c.Servers) == 0 {
 		return errors.New("servers: at least one server is required")
 	}
@@ -227,6 +230,43 @@ func (s Server) validate() error {
 	if s.Mode != "" {
 		if err := validMode(s.Mode); err != nil {
 			return fmt.Errorf("mode: %w", err)
+		}
+	}
+	return nil
+}
+
+func (a Approvals) validate(taken ...string) error {
+	if a.Addr == "" {
+		return nil
+	}
+	if err := validAddr(a.Addr); err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	if slices.Contains(taken, a.Addr) {
+		return fmt.Errorf("addr: %s is grpc_addr's or admin_addr's", a.Addr)
+	}
+	if a.BaseURL != "" {
+		u, err := url.Parse(a.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			return fmt.Errorf("base_url: %q is not an http(s) URL without a path", a.BaseURL)
+		}
+	}
+	if a.PendingTTL < time.Minute || a.PendingTTL > 24*time.Hour {
+		return fmt.Errorf("pending_ttl: %s is outside 1m..24h", a.PendingTTL)
+	}
+	switch au := a.Auth; {
+	case au.DevTokensFile != "" && (au.JWKSFile != "" || au.JWKSURL != ""):
+		return errors.New("auth.dev_tokens_file: set together with a JWKS; choose one")
+	case au.DevTokensFile != "":
+	case (au.JWKSFile == "") == (au.JWKSURL == ""):
+		return errors.New("auth: exactly one of jwks_file and jwks_url is required (or dev_tokens_file, for development)")
+	case au.Issuer == "" || au.Audience == "":
+		return errors.New("auth: issuer and audience are required with a JWKS")
+	}
+	if a.Webhook.URL != "" {
+		u, err := url.Parse(a.Webhook.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("webhook.url: %q is not an http(s) URL", a.Webhook.URL)
 		}
 	}
 	return nil

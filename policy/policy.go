@@ -176,6 +176,9 @@ type ToolRule struct {
 	// over a window.
 	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
 	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
+	// Approval holds the tool's calls for a person's approval of their
+	// exact arguments.
+	Approval *ApprovalRule `yaml:"approval,omitempty" json:"approval,omitempty"`
 }
 
 // PrincipalRule grants the principals it matches tools on servers. Exactly
@@ -237,6 +240,7 @@ type tool struct {
 	constraints []*Constraint
 	budgets     []*Budget
 	rateLimits  []*RateLimit
+	approval    *ApprovalRule
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -305,11 +309,13 @@ type Decision struct {
 	// order; a call is allowed only if it fits in each.
 	RateLimits []*RateLimit
 	Budgets    []*Budget
+	// Approval, if set, holds the call for a person's approval.
+	Approval *ApprovalRule
 	// Terms are the rules above compiled, that a call must satisfy once
 	// its contract is the pinned one, in order: the constraints, then the
 	// terms that record the call (Term.Records): the rate limits and
 	// budgets, which reserve (Reserver) and can give back, before the
-	// sequence rule, which cannot.
+	// sequence rule, and last the approval, which cannot.
 	Terms []Term
 }
 
@@ -350,6 +356,17 @@ func Parse(data []byte) (*Policy, error) {
 
 // Digest identifies the whole policy, for logs and the info metric.
 func (p *Policy) Digest() string { return p.digest }
+
+// HoldsForApproval reports whether any tool rule holds calls for a
+// person's approval: capsnap must then serve approvals.
+func (p *Policy) HoldsForApproval() bool {
+	for _, t := range p.tools {
+		if t.approval != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // Lockfile is the approvals lockfile the policy names, "" for none.
 func (p *Policy) Lockfile() string { return p.lockfile }
