@@ -75,8 +75,8 @@ verifiers: sdk-clients
 # End-to-end: real Envoy, capsnap and MCP server processes, and agents on
 # the official Go, TypeScript and Python SDKs. A missing Envoy, Node or
 # Python fails here; it is never skipped.
-e2e: envoy sdk-clients redis
-	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
+e2e: envoy sdk-clients redis chromium
+	$(REDIS_ENV) $(CHROMIUM_ENV) ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
 		$(GO) test -race -tags e2e -count=1 -v ./e2e/
 
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
