@@ -116,17 +116,30 @@ type scenario struct {
 	kinds map[string]int
 }
 
+// grpcTLSSecrets are the files of the defaults' Secrets: the admin token,
+// and mutual TLS on the grpc port.
+var grpcTLSSecrets = map[string]string{
+	"admin.token_file":        "capsnap-admin-token/token",
+	"grpc_tls.cert_file":      "capsnap-tls/tls.crt",
+	"grpc_tls.key_file":       "capsnap-tls/tls.key",
+	"grpc_tls.client_ca_file": "capsnap-tls/ca.crt",
+}
+
+func union(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
+
 var scenarios = []scenario{
 	{
 		values: "mtls.yaml",
 		image:  "registry.example.com/capsnap:0.1.0",
-		secrets: map[string]string{
-			"admin.token_file":            "capsnap-admin-token/token",
-			"grpc_tls.cert_file":          "capsnap-tls/tls.crt",
-			"grpc_tls.key_file":           "capsnap-tls/tls.key",
-			"grpc_tls.client_ca_file":     "capsnap-tls/ca.crt",
+		secrets: union(grpcTLSSecrets, map[string]string{
 			"snapshots.redis.secret_file": "capsnap-snapshot-key/snapshot.key",
-		},
+		}),
 		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "NetworkPolicy": 2, "PodDisruptionBudget": 1, "Service": 2, "ServiceAccount": 1, "StatefulSet": 1},
 	},
 	{
@@ -145,15 +158,10 @@ var scenarios = []scenario{
 		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "NetworkPolicy": 1, "PodDisruptionBudget": 1, "PrometheusRule": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1},
 	},
 	{
-		values: "single.yaml",
-		image:  "registry.example.com/capsnap:0.1.0",
-		secrets: map[string]string{
-			"admin.token_file":        "capsnap-admin-token/token",
-			"grpc_tls.cert_file":      "capsnap-tls/tls.crt",
-			"grpc_tls.key_file":       "capsnap-tls/tls.key",
-			"grpc_tls.client_ca_file": "capsnap-tls/ca.crt",
-		},
-		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1},
+		values:  "single.yaml",
+		image:   "registry.example.com/capsnap:0.1.0",
+		secrets: grpcTLSSecrets,
+		kinds:   map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1},
 	},
 }
 
