@@ -2305,6 +2305,37 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("EXPOSE %v lacks %d", exposed, p)
 		}
 	}
+
+	// make image builds the same image without Docker (deploy/image): one
+	// user, entrypoint, command and set of ports, whichever built it.
+	var image struct {
+		Config struct {
+			User         string              `json:"User"`
+			Entrypoint   []string            `json:"Entrypoint"`
+			Cmd          []string            `json:"Cmd"`
+			ExposedPorts map[string]struct{} `json:"ExposedPorts"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(readFile(t, "deploy", "image", "testdata", "config.golden.json"), &image); err != nil {
+		t.Fatal(err)
+	}
+	ic := image.Config
+	if got := strings.Join(user, ":"); got != ic.User {
+		t.Errorf("USER %s, but make image's user is %s", got, ic.User)
+	}
+	if !slices.Equal(entrypoint, ic.Entrypoint) || !slices.Equal(cmd, ic.Cmd) {
+		t.Errorf("ENTRYPOINT %q CMD %q, but make image's are %q %q", entrypoint, cmd, ic.Entrypoint, ic.Cmd)
+	}
+	var dockerPorts []string
+	for _, p := range exposed {
+		if !strings.Contains(p, "/") {
+			p += "/tcp"
+		}
+		dockerPorts = append(dockerPorts, p)
+	}
+	if got, want := slices.Sorted(slices.Values(dockerPorts)), slices.Sorted(maps.Keys(ic.ExposedPorts)); !slices.Equal(got, want) {
+		t.Errorf("EXPOSE %v, but make image exposes %v", got, want)
+	}
 }
 
 // ---------------------------------------------------------------------------
