@@ -167,8 +167,9 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 		}
 		// cache/redis's key layout: a key per snapshot and a
 		// newest-snapshot pointer per principal, server and session.
-		snapKey := prefix + "snap:" + epochs[0]
-		pointerKey := cache.LatestKey(prefix+"latest:", support, "billing", sessionID(0))
+		keys := redis.Layout{Prefix: prefix}
+		snapKey := keys.Snapshot(epochs[0])
+		pointerKey := keys.Latest(support, "billing", sessionID(0))
 		keyBytes := memoryUsage(b, r, snapKey)
 		pointerBytes := memoryUsage(b, r, pointerKey)
 		record, err := r.Do("STRLEN", snapKey)

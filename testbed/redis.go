@@ -41,6 +41,9 @@ type Redis struct {
 	bin  string
 	dir  string
 	port int
+	// conf, if set, is a configuration file the server reads first (a
+	// sentinel's, which it rewrites).
+	conf string
 	args []string
 	proc *Process
 }
@@ -68,10 +71,14 @@ func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Ito
 // Start starts the server (again, after Stop: empty) and waits until it
 // answers PING.
 func (r *Redis) Start() error {
-	p, err := Start("redis", r.bin, append([]string{
+	var args []string
+	if r.conf != "" {
+		args = []string{r.conf}
+	}
+	p, err := Start("redis", r.bin, append(append(args,
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--loglevel", "warning",
-	}, r.args...), nil)
+	), r.args...), nil)
 	if err != nil {
 		return err
 	}
@@ -109,8 +116,11 @@ func (r *Redis) Resume() error { return r.proc.Signal(syscall.SIGCONT) }
 // Do sends one command on a new connection and returns its reply as text:
 // for what a test asks of Redis itself (INFO, MEMORY USAGE, a forged
 // record), with no client library between.
-func (r *Redis) Do(args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+func (r *Redis) Do(args ...string) (string, error) { return redisDo(r.Addr(), args...) }
+
+// redisDo sends one command to the Redis at addr on a new connection.
+func redisDo(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
