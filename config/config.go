@@ -268,12 +268,17 @@ const (
 	StoreRedis  = "redis"
 )
 
-// Redis is the shared snapshot store of several replicas.
+// Redis is the shared snapshot store of several replicas: a Redis (or
+// Valkey) 6 or later, as the store relies on RESP3 client-side caching.
+// Exactly one of Addr, Cluster and Sentinel says where it is.
 type Redis struct {
-	// Addr is host:port of a Redis (or Valkey) 6 or later: the store
-	// relies on RESP3 client-side caching.
-	Addr     string `yaml:"addr"`
-	Username string `yaml:"username"`
+	// Addr is host:port of one Redis.
+	Addr string `yaml:"addr"`
+	// Cluster is a Redis Cluster.
+	Cluster RedisCluster `yaml:"cluster"`
+	// Sentinel is a Redis whose master Sentinel fails over to a replica.
+	Sentinel RedisSentinel `yaml:"sentinel"`
+	Username string        `yaml:"username"`
 	// PasswordFile holds the password (ACL or requirepass), if any.
 	PasswordFile string `yaml:"password_file"`
 	DB           int    `yaml:"db"`
@@ -296,6 +301,25 @@ type Redis struct {
 	ProbeInterval time.Duration `yaml:"probe_interval"`
 }
 
+// RedisCluster is a Redis Cluster.
+type RedisCluster struct {
+	// Addrs are seed nodes, host:port: capsnap learns the others, and
+	// follows slots as they move. Two or three, in case one is down.
+	Addrs []string `yaml:"addrs"`
+}
+
+// RedisSentinel is a Redis master set that Sentinel watches.
+type RedisSentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string `yaml:"master_set"`
+	// Addrs are sentinels, host:port.
+	Addrs []string `yaml:"addrs"`
+	// Username and PasswordFile authenticate to the sentinels, if they
+	// require it (Redis's own are Redis.Username and PasswordFile).
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+}
+
 // RedisTLS configures TLS to Redis.
 type RedisTLS struct {
 	CAFile     string `yaml:"ca_file"`
@@ -314,12 +338,23 @@ func (r Redis) ReadSecret() ([]byte, error) {
 
 // ReadPassword reads the password file, if one is configured.
 func (r Redis) ReadPassword() (string, error) {
-	if r.PasswordFile == "" {
+	return readPasswordFile("snapshots.redis.password_file", r.PasswordFile)
+}
+
+// ReadPassword reads the sentinels' password file, if one is configured.
+func (s RedisSentinel) ReadPassword() (string, error) {
+	return readPasswordFile("snapshots.redis.sentinel.password_file", s.PasswordFile)
+}
+
+// readPasswordFile reads a password, less its final newline; none if no
+// file is named.
+func readPasswordFile(setting, file string) (string, error) {
+	if file == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(r.PasswordFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("snapshots.redis.password_file: %w", err)
+		return "", fmt.Errorf("%s: %w", setting, err)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
 }
