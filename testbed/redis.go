@@ -185,3 +185,31 @@ func readReply(br *bufio.Reader) (string, error) {
 	}
 	return "", fmt.Errorf("redis: unexpected reply %q", line)
 }
+
+// UsedMemory is the server's used_memory (INFO memory), in bytes:
+// everything it holds, with its own overhead.
+func (r *Redis) UsedMemory() (int64, error) {
+	info, err := r.Do("INFO", "memory")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("redis %s: INFO memory has no used_memory:\n%s", r.Addr(), info)
+}
+
+// MemoryUsage is MEMORY USAGE of key, in bytes: the key, its value and
+// their overhead. A key the server does not hold is an error.
+func (r *Redis) MemoryUsage(key string) (int64, error) {
+	got, err := r.Do("MEMORY", "USAGE", key)
+	if err != nil {
+		return 0, err
+	}
+	if got == "" {
+		return 0, fmt.Errorf("redis %s holds no key %s", r.Addr(), key)
+	}
+	return strconv.ParseInt(got, 10, 64)
+}

@@ -45,7 +45,7 @@ func open(t *testing.T, r *testbed.Redis, prefix string, edit ...func(*redis.Opt
 
 // openAt is open on the Redis that where puts in the options: one, a
 // cluster, a sentinel's.
-func openAt(t *testing.T, where func(*redis.Options), prefix string, edit ...func(*redis.Options)) (*replica, string) {
+func openAt(t testing.TB, where func(*redis.Options), prefix string, edit ...func(*redis.Options)) (*replica, string) {
 	t.Helper()
 	if prefix == "" {
 		prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
@@ -210,7 +210,7 @@ func TestHotPathStaysLocal(t *testing.T) {
 }
 
 // commands is how many commands the Redis servers rs have processed.
-func commands(t *testing.T, rs ...*testbed.Redis) int {
+func commands(t testing.TB, rs ...*testbed.Redis) int {
 	t.Helper()
 	n := 0
 	for _, calls := range commandStats(t, rs...) {
@@ -221,7 +221,7 @@ func commands(t *testing.T, rs ...*testbed.Redis) int {
 
 // commandStats is how many times the Redis servers rs have run each
 // command, together.
-func commandStats(t *testing.T, rs ...*testbed.Redis) map[string]int {
+func commandStats(t testing.TB, rs ...*testbed.Redis) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, r := range rs {
@@ -440,7 +440,7 @@ func mustDo(t *testing.T, r *testbed.Redis, args ...string) {
 
 // waitFor polls cond until it holds, failing the test after bound, and
 // returns how long it took.
-func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
+func waitFor(t testing.TB, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
