@@ -15,11 +15,25 @@ import (
 
 // view is what a replica knows of the shared invalidations.
 type view struct {
-	// raw is the sequence record the view was read at.
-	raw         string
-	incarnation string
-	seq         uint64
-	changed     map[string]map[string]uint64
+	// seqMark is the sequence record the view was read at.
+	seqMark
+	changed map[string]map[string]uint64
+}
+
+// seqMark is a sequence record as read or written.
+type seqMark struct {
+	raw, incarnation string
+	seq              uint64
+}
+
+// rewound reports whether the sequence record now in Redis is behind
+// one this replica has read (in its view) or written: less, or the same
+// number written again. The sequence only ever moves on, and each write
+// is unlike any other (its nonce); going back means Redis lost writes it
+// had acknowledged, as in a failover to a replica they had not reached,
+// or an old record was written back.
+func (m seqMark) rewound(now seqMark) bool {
+	return m.raw != "" && m.raw != now.raw && m.incarnation == now.incarnation && now.seq <= m.seq
 }
 
 type pendingInvalidation struct {
@@ -61,42 +75,44 @@ func (s *Store) resync() (*view, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
 	defer cancel()
 	old := s.view.Load()
-	raw, inc, n, err := s.readSeq(ctx, c)
+	now, err := s.readSeq(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if old != nil && old.raw == raw {
-		s.synced.Store(mark)
-		return old, nil
-	}
-	for attempt := 0; old != nil && old.incarnation == inc && n <= old.seq; attempt++ {
-		// The sequence only ever moves on, each write unlike any other:
-		// Redis lost writes it had acknowledged (a failover to a replica
-		// they had not reached), or someone wrote an old record back. A
-		// pin confirmed at a sequence Redis no longer knows could then
-		// outlive a change given the same number. Every snapshot of this
-		// incarnation goes: a new one starts.
+	for attempt := 0; (old != nil && old.seqMark.rewound(now)) || s.written.rewound(now); attempt++ {
+		// A pin confirmed at a sequence Redis no longer knows could
+		// outlive a change given the same number: every snapshot of this
+		// incarnation goes, and a new one starts.
 		if attempt == 3 {
 			return nil, errors.New("the invalidation sequence went back, and a new incarnation could not be started")
 		}
-		s.o.Log.Error().Str("addr", s.where).Uint64("seq_seen", old.seq).Uint64("seq_now", n).
+		seen := s.written.seq
+		if old != nil {
+			seen = max(seen, old.seq)
+		}
+		s.o.Log.Error().Str("addr", s.where).Uint64("seq_seen", seen).Uint64("seq_now", now.seq).
 			Msg("snapshot store's invalidation sequence went back: Redis lost acknowledged writes (a failover?) or an old record was written back; starting a new incarnation, agents list again")
-		s.o.Audit.Warn().Str("event", "store_sequence_rewound").Str("key", s.keys.Seq()).Uint64("seq_seen", old.seq).Uint64("seq_now", n).
+		s.o.Audit.Warn().Str("event", "store_sequence_rewound").Str("key", s.keys.Seq()).Uint64("seq_seen", seen).Uint64("seq_now", now.seq).
 			Msg("the snapshot store's invalidation sequence went back; every snapshot of its incarnation is void")
 		s.metrics.rewound.Inc()
-		err := restart.Exec(ctx, c, []string{s.keys.Seq(), s.keys.Invalidations()}, []string{raw, s.seal.seqRecord(newIncarnation(), 0)}).Error()
+		err := restart.Exec(ctx, c, []string{s.keys.Seq(), s.keys.Invalidations()}, []string{now.raw, s.seal.seqRecord(newIncarnation(), 0)}).Error()
 		if err != nil {
 			return nil, fmt.Errorf("start a new incarnation: %w", err)
 		}
-		if raw, inc, n, err = s.readSeq(ctx, c); err != nil {
+		if now, err = s.readSeq(ctx, c); err != nil {
 			return nil, err
 		}
 	}
+	if old != nil && old.raw == now.raw {
+		s.synced.Store(mark)
+		return old, nil
+	}
+	inc, n := now.incarnation, now.seq
 	fields, err := c.Do(ctx, c.B().Hgetall().Key(s.keys.Invalidations()).Build()).AsStrMap()
 	if err != nil {
 		return nil, fmt.Errorf("read the invalidations: %w", err)
 	}
-	v := &view{raw: raw, incarnation: inc, seq: n, changed: map[string]map[string]uint64{}}
+	v := &view{seqMark: now, changed: map[string]map[string]uint64{}}
 	for f, raw := range fields {
 		server, tool, ok := splitInvField(f)
 		if !ok {
@@ -129,9 +145,9 @@ func (s *Store) resync() (*view, error) {
 
 // readSeq reads the sequence record, tracked so that Redis tells this
 // replica when it moves, starting one if there is none.
-func (s *Store) readSeq(ctx context.Context, c rueidis.Client) (raw, inc string, n uint64, err error) {
+func (s *Store) readSeq(ctx context.Context, c rueidis.Client) (seqMark, error) {
 	res := c.DoCache(ctx, c.B().Get().Key(s.keys.Seq()).Cache(), time.Hour)
-	raw, err = res.ToString()
+	raw, err := res.ToString()
 	if err == nil && res.IsCacheHit() {
 		// A copy kept from before this replica's own write, whose
 		// invalidation is still on its way: ask Redis itself.
@@ -142,18 +158,19 @@ func (s *Store) readSeq(ctx context.Context, c rueidis.Client) (raw, inc string,
 		// several replicas starting one at a time, one incarnation wins.
 		err = c.Do(ctx, c.B().Set().Key(s.keys.Seq()).Value(s.seal.seqRecord(newIncarnation(), 0)).Nx().Build()).Error()
 		if err != nil && !rueidis.IsRedisNil(err) {
-			return "", "", 0, fmt.Errorf("start the sequence: %w", err)
+			return seqMark{}, fmt.Errorf("start the sequence: %w", err)
 		}
 		raw, err = c.DoCache(ctx, c.B().Get().Key(s.keys.Seq()).Cache(), time.Hour).ToString()
 	}
 	if err != nil {
-		return "", "", 0, fmt.Errorf("read the sequence: %w", err)
+		return seqMark{}, fmt.Errorf("read the sequence: %w", err)
 	}
-	if inc, n, err = s.seal.openSeq(raw); err != nil {
+	m, err := s.seal.openSeq(raw)
+	if err != nil {
 		s.rejected(kindSeq, s.keys.Seq())
-		return "", "", 0, fmt.Errorf("%w: the sequence record %s fails its MAC: another secret, or a forgery (delete the key to start a new incarnation)", err, s.keys.Seq())
+		return seqMark{}, fmt.Errorf("%w: the sequence record %s fails its MAC: another secret, or a forgery (delete the key to start a new incarnation)", err, s.keys.Seq())
 	}
-	return raw, inc, n, nil
+	return m, nil
 }
 
 // restart starts a new incarnation, if the sequence is still the one read,
@@ -202,27 +219,27 @@ func (s *Store) flushPending(ctx context.Context) error {
 	}
 	for attempt := 0; ; attempt++ {
 		raw, err := c.Do(ctx, c.B().Get().Key(s.keys.Seq()).Build()).ToString()
-		var inc string
-		var n uint64
+		var cur seqMark
 		switch {
 		case rueidis.IsRedisNil(err):
 			// Redis is empty: no pin of the old incarnation survives to be
 			// voided, but the change is recorded for the new one.
-			raw, inc = "", newIncarnation()
+			cur.incarnation = newIncarnation()
 		case err != nil:
 			return fmt.Errorf("read the sequence: %w", err)
 		default:
-			if inc, n, err = s.seal.openSeq(raw); err != nil {
+			if cur, err = s.seal.openSeq(raw); err != nil {
 				s.rejected(kindSeq, s.keys.Seq())
 				return err
 			}
 		}
-		next := n + 1
-		args := []string{raw, s.seal.seqRecord(inc, next)}
+		next := seqMark{incarnation: cur.incarnation, seq: cur.seq + 1}
+		next.raw = s.seal.seqRecord(next.incarnation, next.seq)
+		args := []string{cur.raw, next.raw}
 		for _, p := range s.pending {
 			for _, t := range p.tools {
 				f := invField(p.server, t)
-				args = append(args, f, s.seal.invRecord(inc, f, next))
+				args = append(args, f, s.seal.invRecord(next.incarnation, f, next.seq))
 			}
 		}
 		ok, err := invalidate.Exec(ctx, c, []string{s.keys.Seq(), s.keys.Invalidations()}, args).AsInt64()
@@ -231,6 +248,7 @@ func (s *Store) flushPending(ctx context.Context) error {
 		}
 		if ok == 1 {
 			s.pending = nil
+			s.written = next
 			s.dirty.Add(1) // this replica reads its own change on its next decision
 			return nil
 		}

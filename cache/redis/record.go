@@ -89,13 +89,13 @@ func (s *sealer) seqRecord(inc string, n uint64) string {
 	return inc + "." + ns + "." + nonce + "." + s.mac(kindSeq, inc, ns, nonce)
 }
 
-func (s *sealer) openSeq(raw string) (inc string, n uint64, err error) {
+func (s *sealer) openSeq(raw string) (seqMark, error) {
 	parts := strings.Split(raw, ".")
 	if len(parts) != 4 || !s.verify(parts[3], kindSeq, parts[0], parts[1], parts[2]) {
-		return "", 0, errors.New("the sequence record fails its MAC")
+		return seqMark{}, errors.New("the sequence record fails its MAC")
 	}
-	n, err = strconv.ParseUint(parts[1], 10, 64)
-	return parts[0], n, err
+	n, err := strconv.ParseUint(parts[1], 10, 64)
+	return seqMark{raw: raw, incarnation: parts[0], seq: n}, err
 }
 
 // invField names tool of server in the invalidation hash.

@@ -138,6 +138,10 @@ type Store struct {
 	// mu serialises resyncs and holds the invalidations not yet written.
 	mu      sync.Mutex
 	pending []pendingInvalidation
+	// written is the last sequence record this replica wrote: a Redis
+	// that shows it less is one that lost it, even before this replica
+	// read it back.
+	written seqMark
 	lastErr atomic.Pointer[error]
 
 	// movedKeys are the pointers this replica moved, until when it reads

@@ -599,3 +599,32 @@ func TestSequenceRewoundStartsANewIncarnation(t *testing.T) {
 		})
 	}
 }
+
+// The replica that wrote an invalidation Redis then lost sees the
+// sequence behind its own write, though it never read that write back:
+// the change is not lost unseen.
+func TestLostInvalidationIsSeenByItsWriter(t *testing.T) {
+	r := testbed.StartRedis(t)
+	a, prefix := open(t, r, "", func(o *redis.Options) { o.ProbeInterval = time.Hour })
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	storetest.Put(t, a, snap)
+	seq := redis.Layout{Prefix: prefix}.Seq()
+	before, err := r.Do("GET", seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Invalidate("billing", []string{"refund"}); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, r, "SET", seq, before)
+	mustDo(t, r, "DEL", redis.Layout{Prefix: prefix}.Invalidations())
+	if _, err := a.Seq(); err != nil {
+		t.Fatal(err)
+	}
+	if n := value(t, a.reg, "capsnap_store_sequence_rewound_total", ""); n != 1 {
+		t.Fatalf("capsnap_store_sequence_rewound_total = %v, want 1", n)
+	}
+	if got, ok, err := a.ByEpoch(snap.Epoch); ok || err != nil {
+		t.Fatalf("a snapshot of the incarnation that lost an invalidation was read: %+v, %v", got, err)
+	}
+}
