@@ -99,11 +99,29 @@ func (c Config) Observed() []string {
 // Envelope configures the signed envelope capsnap sends the MCP server on
 // every allowed tools/call (docs/ENVELOPE.md).
 type Envelope struct {
-	// KeyFiles are Ed25519 private keys (PEM PKCS #8): the first signs,
-	// all are published in the JWKS. None: no envelope is sent.
+	// KeyFiles are Ed25519 private keys (PEM PKCS #8, one or more blocks
+	// a file): the first signs, all are published in the JWKS. None: no
+	// envelope is sent. capsnap reads them again as they change, and
+	// rotates: a new key is published PublishAhead before it signs, and
+	// one no longer listed is published until what it signed expired.
 	KeyFiles []string `yaml:"key_files"`
 	// TTL is how long an envelope is valid, never past its snapshot.
 	TTL time.Duration `yaml:"ttl"`
+	// PublishAhead is how long a key new to the key files is published
+	// before it signs: at least the verifiers' JWKS refresh, with the
+	// JWKS response's max-age and KeyPoll.
+	PublishAhead time.Duration `yaml:"publish_ahead"`
+	// KeyPoll is how often the key files are read for a change; SIGHUP
+	// reads them at once.
+	KeyPoll time.Duration `yaml:"key_poll_interval"`
+}
+
+// Outlive is how long an envelope key stays published after it last
+// signed: the longest anything it signed is valid (an envelope; a grant,
+// which lives as long as its snapshot), and a minute for the verifiers'
+// leeway and clocks.
+func (c Config) Outlive() time.Duration {
+	return max(c.Envelope.TTL, c.Snapshots.TTL) + time.Minute
 }
 
 // MaxEnvelopeTTL is the ceiling on envelope.ttl: an envelope is for one
@@ -404,7 +422,7 @@ func Default() Config {
 		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000, Store: StoreMemory,
 			Redis: Redis{KeyPrefix: "capsnap:", Timeout: 200 * time.Millisecond, ProbeInterval: 500 * time.Millisecond}},
 		Discovery: Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
-		Envelope:  Envelope{TTL: 30 * time.Second},
+		Envelope:  Envelope{TTL: 30 * time.Second, PublishAhead: 10 * time.Minute, KeyPoll: 2 * time.Second},
 		Catalog:   Catalog{MaxAge: 2 * time.Minute},
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},

@@ -59,6 +59,12 @@ func (c Config) Validate() error {
 	if c.Envelope.TTL < time.Second || c.Envelope.TTL > MaxEnvelopeTTL {
 		return fmt.Errorf("envelope.ttl: %s is outside 1s..%s", c.Envelope.TTL, MaxEnvelopeTTL)
 	}
+	if c.Envelope.PublishAhead < 0 || c.Envelope.PublishAhead > 24*time.Hour {
+		return fmt.Errorf("envelope.publish_ahead: %s is outside 0..24h", c.Envelope.PublishAhead)
+	}
+	if c.Envelope.KeyPoll < 100*time.Millisecond {
+		return fmt.Errorf("envelope.key_poll_interval: %s is below 100ms", c.Envelope.KeyPoll)
+	}
 	if err := c.Snapshots.validateStore(); err != nil {
 		return fmt.Errorf("snapshots.%w", err)
 	}
