@@ -261,7 +261,7 @@ func (r *ring) settle(now time.Time, outlive time.Duration) *ring {
 		if !old.listed {
 			old.retires = now.Add(outlive)
 		}
-		out.keys[out.next].signsFrom = time.Time{}
+		out.keys[out.next].signsFrom, out.keys[out.next].stopped = time.Time{}, time.Time{}
 		out.signer, out.next = out.next, -1
 	}
 	signer, next := out.keys[out.signer].kid, ""
