@@ -60,7 +60,6 @@ const attempts = 4
 type Approvals struct {
 	s      *Store
 	retain time.Duration
-	prefix string
 }
 
 var _ approval.Store = (*Approvals)(nil)
@@ -69,12 +68,12 @@ var _ approval.Store = (*Approvals)(nil)
 // past its Expires. They share s's connection, secret and health: while s
 // is unavailable, so are they.
 func NewApprovals(s *Store, retain time.Duration) *Approvals {
-	return &Approvals{s: s, retain: retain, prefix: s.o.KeyPrefix + "approval:"}
+	return &Approvals{s: s, retain: retain}
 }
 
-func (a *Approvals) requestKey(id string) string  { return a.prefix + "req:{" + id + "}" }
-func (a *Approvals) bindingKey(key string) string { return a.prefix + "binding:{" + key + "}" }
-func (a *Approvals) indexKey() string             { return a.prefix + "index" }
+func (a *Approvals) requestKey(id string) string  { return a.s.keys.ApprovalRequest(id) }
+func (a *Approvals) bindingKey(key string) string { return a.s.keys.ApprovalBinding(key) }
+func (a *Approvals) indexKey() string             { return a.s.keys.ApprovalIndex() }
 
 // keep is how long Redis keeps r's record: until retain past its Expires.
 func (a *Approvals) keep(r approval.Request, now time.Time) time.Duration {

@@ -74,8 +74,9 @@ func TestForgedApprovalsAreRejected(t *testing.T) {
 	if _, _, err := st.Open(pending, now); err != nil {
 		t.Fatal(err)
 	}
-	reqKey := func(id string) string { return prefix + "approval:req:{" + id + "}" }
-	bindKey := func(b approval.Binding) string { return prefix + "approval:binding:{" + b.Key() + "}" }
+	keys := redis.Layout{Prefix: prefix}
+	reqKey := keys.ApprovalRequest
+	bindKey := func(b approval.Binding) string { return keys.ApprovalBinding(b.Key()) }
 	get := func(key string) string {
 		v, err := r.Do("GET", key)
 		if err != nil {

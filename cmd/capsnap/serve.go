@@ -350,6 +350,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 	}
 	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
 	g.Go(func() error { srv.WatchPolicy(ctx, cfg.PolicyFile, cfg.PolicyPoll, log); return nil })
+	g.Go(func() error { watchKeys(ctx, keys, cfg.Envelope.KeyPoll, log); return nil }) // envelope.go
 	g.Go(func() error { srv.WatchResponsePath(ctx, log); return nil })
 	g.Go(func() error {
 		<-ctx.Done()

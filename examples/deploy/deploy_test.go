@@ -66,6 +66,7 @@ var knownMetrics = map[string]string{
 	"capsnap_store_failures_total":         "counter",
 	"capsnap_store_records_rejected_total": "counter",
 	"capsnap_store_resyncs_total":          "counter",
+	"capsnap_store_sequence_rewound_total": "counter",
 }
 
 // The drift reasons, as in deny/deny.go; the drift alert and panel select
