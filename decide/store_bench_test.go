@@ -45,7 +45,8 @@ func BenchmarkCheckStore(b *testing.B) {
 	})
 	b.Run("redis", func(b *testing.B) {
 		r := testbed.StartRedis(b)
-		benchmarkAllowed(b, packFixture(b, discardAudit, onRedis(b, r, newPrefix())))
+		f := packFixture(b, discardAudit, onRedis(b, r, newPrefix()))
+		countRedis(b, r, func() { benchmarkAllowed(b, f) })
 	})
 	b.Run("memory_apart", func(b *testing.B) {
 		f := packFixture(b, discardAudit)
