@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -122,5 +123,35 @@ func TestApprovalAsURLElicitation(t *testing.T) {
 	f.Elicits("S-1")
 	if code, url := elicitation(t, call1125); code != CodeURLElicitationRequired || url == "" {
 		t.Fatalf("a session that declared url elicitation: code %d, url %q", code, url)
+	}
+}
+
+// downStore is an approvals store that cannot answer.
+type downStore struct{ *approval.Memory }
+
+func (downStore) Consume(approval.Binding, time.Time) (approval.Request, bool, error) {
+	return approval.Request{}, false, errors.New("approvals store down")
+}
+
+// With the approvals store down, a call held for approval is denied
+// store_unavailable, never allowed; a call the rule does not hold is
+// unaffected.
+func TestApprovalStoreDown(t *testing.T) {
+	f := newFixture(t, func(o *Options) {
+		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
+		svc, err := approval.New(approval.Config{Store: downStore{approval.NewMemory(time.Hour)}, BaseURL: "https://approve.example", Now: o.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		o.Approvals = svc
+	})
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	if o := f.call(t, refundOf(150)); o.reason != deny.StoreUnavailable {
+		t.Errorf("a held call with the approvals store down: %q", o.reason)
+	}
+	if o := f.call(t, refundOf(40)); o.reason != "" {
+		t.Errorf("a call not held: %q", o.reason)
 	}
 }
