@@ -2,7 +2,6 @@ package envoy_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/url"
 	"slices"
 	"testing"
@@ -11,92 +10,44 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/testbed"
-
-	// The other types the configurations name, for protojson.
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/common/matching/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/matcher/action/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/input_matchers/metadata/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
 // jwtAuthnNamespace is the dynamic metadata namespace jwt_authn writes the
 // verified payload into, whatever the filter is named.
 const jwtAuthnNamespace = "envoy.filters.http.jwt_authn"
 
-// bootstrap is the part of an Envoy bootstrap these tests read, each
-// filter and cluster kept as JSON for protojson.
-type bootstrap struct {
-	StaticResources struct {
-		Listeners []struct {
-			FilterChains []struct {
-				Filters []struct {
-					Name        string `yaml:"name"`
-					TypedConfig struct {
-						HTTPFilters []map[string]any `yaml:"http_filters"`
-					} `yaml:"typed_config"`
-				} `yaml:"filters"`
-			} `yaml:"filter_chains"`
-		} `yaml:"listeners"`
-		Clusters []map[string]any `yaml:"clusters"`
-	} `yaml:"static_resources"`
-}
-
-// decodeProto decodes v, a YAML value, as Envoy would: protojson, then the
-// message's own validation.
-func decodeProto(t *testing.T, v any, m interface {
-	proto.Message
-	ValidateAll() error
-}) {
+// jwtFilters returns the one jwt_authn and the one ext_authz filter of
+// cfg's HTTP connection managers, each validated, and its clusters by name.
+func jwtFilters(t *testing.T, cfg []byte) (*jwtauthnv3.JwtAuthentication, *extauthzv3.ExtAuthz, map[string]*clusterv3.Cluster) {
 	t.Helper()
-	js, err := json.Marshal(v)
+	b, err := testbed.DecodeEnvoy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := protojson.Unmarshal(js, m); err != nil {
-		t.Fatalf("%T: %v", m, err)
-	}
-	if err := m.ValidateAll(); err != nil {
-		t.Fatalf("%T: %v", m, err)
-	}
-}
-
-// jwtFilters returns the one jwt_authn and the one ext_authz filter of
-// cfg's HTTP connection manager, and its clusters by name.
-func jwtFilters(t *testing.T, cfg []byte) (*jwtauthnv3.JwtAuthentication, *extauthzv3.ExtAuthz, map[string]*clusterv3.Cluster) {
-	t.Helper()
-	var b bootstrap
-	if err := yaml.Unmarshal(cfg, &b); err != nil {
+	managers, err := testbed.HTTPManagers(b)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var authn []*jwtauthnv3.JwtAuthentication
 	var authz []*extauthzv3.ExtAuthz
-	for _, l := range b.StaticResources.Listeners {
-		for _, fc := range l.FilterChains {
-			for _, f := range fc.Filters {
-				for _, raw := range f.TypedConfig.HTTPFilters {
-					var hf hcmv3.HttpFilter
-					decodeProto(t, raw, &hf)
-					a := &jwtauthnv3.JwtAuthentication{}
-					z := &extauthzv3.ExtAuthz{}
-					switch {
-					case hf.GetTypedConfig().UnmarshalTo(a) == nil:
-						authn = append(authn, a)
-					case hf.GetTypedConfig().UnmarshalTo(z) == nil:
-						authz = append(authz, z)
-					}
+	for _, m := range managers {
+		for _, hf := range m.GetHttpFilters() {
+			a, z := &jwtauthnv3.JwtAuthentication{}, &extauthzv3.ExtAuthz{}
+			switch {
+			case hf.GetTypedConfig().UnmarshalTo(a) == nil:
+				if err := a.ValidateAll(); err != nil {
+					t.Fatal(err)
 				}
+				authn = append(authn, a)
+			case hf.GetTypedConfig().UnmarshalTo(z) == nil:
+				if err := z.ValidateAll(); err != nil {
+					t.Fatal(err)
+				}
+				authz = append(authz, z)
 			}
 		}
 	}
@@ -104,9 +55,7 @@ func jwtFilters(t *testing.T, cfg []byte) (*jwtauthnv3.JwtAuthentication, *extau
 		t.Fatalf("%d jwt_authn and %d ext_authz filters, want one of each", len(authn), len(authz))
 	}
 	clusters := map[string]*clusterv3.Cluster{}
-	for _, raw := range b.StaticResources.Clusters {
-		c := &clusterv3.Cluster{}
-		decodeProto(t, raw, c)
+	for _, c := range b.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = c
 	}
 	return authn[0], authz[0], clusters
@@ -193,5 +142,15 @@ func checkRemoteJWKS(t *testing.T, r *jwtauthnv3.RemoteJwks, clusters map[string
 	addr := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 	if addr.GetAddress() != u.Hostname() {
 		t.Errorf("cluster %s dials %s, not the issuer's host %s", c.GetName(), addr.GetAddress(), u.Hostname())
+	}
+}
+
+// Every configuration here decodes strictly as Envoy's Bootstrap without
+// an Envoy, so that a misspelt field or type URL fails plain go test.
+func TestConfigsDecode(t *testing.T) {
+	for name, cfg := range map[string][]byte{"demo.yaml": envoy.Demo, "mtls.yaml": envoy.MTLS, "jwt.yaml": envoy.JWT} {
+		if _, err := testbed.DecodeEnvoy(cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
