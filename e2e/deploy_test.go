@@ -22,6 +22,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -55,8 +56,15 @@ func newCreds(t *testing.T) creds {
 // credential Envoy verified, run for real.
 type deployment struct {
 	name string
-	// principal is capsnap's principal section for this deployment.
-	principal string
+	// principal is capsnap's principal section for this deployment, as a
+	// YAML flow mapping.
+	principal func(t *testing.T) string
+	// policy, if set, is the policy file this deployment runs, in place
+	// of testdata/policy.yaml.
+	policy string
+	// logColumn is the access log's column that names the principal
+	// Envoy verified.
+	logColumn string
 	// grpcTLS, if set, is capsnap's grpc_tls section for this deployment.
 	grpcTLS func(creds) string
 	// config renders the Envoy YAML for a stack on ports.
@@ -78,7 +86,8 @@ type refusal struct {
 var deployments = []deployment{
 	{
 		name:      "mtls",
-		principal: "{source: mtls}",
+		principal: func(*testing.T) string { return "{source: mtls}" },
+		logColumn: "peer",
 		grpcTLS:   func(c creds) string { return testbed.CapsnapTLS(c.pki, "") },
 		config: func(p testbed.Ports, c creds) ([]byte, error) {
 			return testbed.MTLSEnvoyConfig(p, c.pki), nil
@@ -100,8 +109,11 @@ var deployments = []deployment{
 		},
 	},
 	{
+		// examples/jwt as shipped: its principal section and its policy.
 		name:      "jwt",
-		principal: "{source: jwt, jwt: {payload_key: jwt_payload, claim: sub}}",
+		principal: func(t *testing.T) string { return principalOf(t, "../examples/jwt/capsnap.yaml") },
+		policy:    "../examples/jwt/policy.yaml",
+		logColumn: "subject",
 		config: func(p testbed.Ports, c creds) ([]byte, error) {
 			return testbed.JWTEnvoyConfig(p, c.pki, c.issuer)
 		},
@@ -147,7 +159,12 @@ func TestDeployments(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				o.EnvoyYAML, o.Principal = cfg, d.principal
+				o.EnvoyYAML, o.Principal = cfg, d.principal(t)
+				if d.policy != "" {
+					if o.Policy, err = os.ReadFile(d.policy); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if d.grpcTLS != nil {
 					o.GRPCTLS = d.grpcTLS(c)
 				}
@@ -262,13 +279,36 @@ func TestDeployments(t *testing.T) {
 				if r := callTool(t, denied, "refund", refundA100); r != "tool_not_granted" {
 					t.Fatalf("read-only refund: %q, want tool_not_granted", r)
 				}
+				// Each row names the agent as Envoy verified it, and
+				// capsnap decided the call as that principal.
 				checkAccessLog(t, s, []logWant{
-					{http.StatusOK, "allow", "ok", support.lastEpoch()},
-					{http.StatusOK, "deny", "tool_not_granted", readonly.lastEpoch()},
+					{http.StatusOK, "allow", "ok", support.lastEpoch(), d.logColumn, supportAgent},
+					{http.StatusOK, "deny", "tool_not_granted", readonly.lastEpoch(), d.logColumn, readonlyAgent},
 				})
 			})
 		})
 	}
+}
+
+// principalOf is the principal section of the capsnap configuration at
+// path, as a YAML flow mapping (JSON).
+func principalOf(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Principal map[string]any `yaml:"principal"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil || cfg.Principal == nil {
+		t.Fatalf("%s: no principal section (%v)", path, err)
+	}
+	js, err := json.Marshal(cfg.Principal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(js)
 }
 
 // demo.yaml carries the same access log as the deployment configurations,
@@ -311,13 +351,15 @@ func TestDemoAccessLog(t *testing.T) {
 		t.Errorf("a request with header x_capsnap_tool: %s, want 400", resp.Status)
 	}
 	checkAccessLog(t, s, []logWant{
-		{http.StatusOK, "allow", "ok", support.agent.Epoch()},
-		{http.StatusOK, "deny", "tool_not_granted", readonly.agent.Epoch()},
+		{status: http.StatusOK, decision: "allow", reason: "ok", epoch: support.agent.Epoch()},
+		{status: http.StatusOK, decision: "deny", reason: "tool_not_granted", epoch: readonly.agent.Epoch()},
 	})
 }
 
 // Every configuration in envoy/ is accepted by the real Envoy, rendered as
-// a deployment would render it.
+// a deployment would render it, and so is every variant the files and the
+// examples document: envoy/jwt.yaml with the issuer's keys fetched
+// (remote_jwks).
 func TestEnvoyConfigsValidate(t *testing.T) {
 	envoyBin, err := testbed.FindEnvoy()
 	if err != nil {
@@ -345,17 +387,33 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join(t.TempDir(), name)
-			if err := os.WriteFile(path, cfg, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			out, err := exec.CommandContext(ctx, envoyBin, "--mode", "validate", "-c", path).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "OK") {
-				t.Fatalf("envoy --mode validate: %v\n%s", err, out)
-			}
+			validateEnvoy(t, envoyBin, name, cfg)
 		})
+	}
+	t.Run("jwt.yaml with remote_jwks", func(t *testing.T) {
+		cfg, err := testbed.JWTEnvoyConfig(testbed.DemoPorts, c.pki, c.issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err = testbed.RemoteJWKS(cfg); err != nil {
+			t.Fatal(err)
+		}
+		validateEnvoy(t, envoyBin, "jwt-remote.yaml", cfg)
+	})
+}
+
+// validateEnvoy runs cfg through envoy --mode validate.
+func validateEnvoy(t *testing.T, envoyBin, name string, cfg []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, envoyBin, "--mode", "validate", "-c", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
 	}
 }
 
@@ -584,6 +642,8 @@ type accessLine struct {
 	Tool         *string `json:"tool"`
 	SchemaDigest *string `json:"schema_digest"`
 	PolicyDigest *string `json:"policy_digest"`
+	// columns are all of the row's columns, by name.
+	columns map[string]any
 }
 
 // A logWant is a tools/call of billing's refund the access log must show.
@@ -591,6 +651,9 @@ type logWant struct {
 	status           int
 	decision, reason string
 	epoch            string
+	// column, if set, is the row's column that must name principal, as
+	// capsnap's audit line does.
+	column, principal string
 }
 
 // checkAccessLog stops Envoy, so that it flushes its access log, and
@@ -611,7 +674,7 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 			t.Errorf("an access log row carries a forged pin: %s", sc.Bytes())
 		}
 		var row accessLine
-		if json.Unmarshal(sc.Bytes(), &row) == nil && row.RequestID != "" {
+		if json.Unmarshal(sc.Bytes(), &row) == nil && json.Unmarshal(sc.Bytes(), &row.columns) == nil && row.RequestID != "" {
 			rows = append(rows, row)
 		}
 	}
@@ -647,6 +710,9 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 			// capsnap's metadata: either way, what capsnap decided on.
 			if w.decision == "allow" && (!strings.HasPrefix(a.Snapshot, "sha256:") || !strings.HasPrefix(a.Policy, "sha256:")) {
 				t.Errorf("request %s: capsnap's audit line names no digests: %+v", r.RequestID, a)
+			}
+			if w.column != "" && (r.columns[w.column] != w.principal || a.Principal != w.principal) {
+				t.Errorf("request %s: access log %s %v, capsnap decided as %q; want both %q", r.RequestID, w.column, r.columns[w.column], a.Principal, w.principal)
 			}
 			if (a.Snapshot != "" && str(r.SchemaDigest) != a.Snapshot) || (a.Policy != "" && str(r.PolicyDigest) != a.Policy) {
 				t.Errorf("request %s: access log row has schema digest %s, policy digest %s; capsnap decided on %s, %s", r.RequestID, str(r.SchemaDigest), str(r.PolicyDigest), a.Snapshot, a.Policy)
