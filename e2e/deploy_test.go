@@ -359,7 +359,7 @@ func TestDemoAccessLog(t *testing.T) {
 // Every configuration in envoy/ is accepted by the real Envoy, rendered as
 // a deployment would render it, and so is every variant the files and the
 // examples document: envoy/jwt.yaml with the issuer's keys fetched
-// (remote_jwks).
+// (remote_jwks), and the gateway of examples/kubernetes/jwt.
 func TestEnvoyConfigsValidate(t *testing.T) {
 	envoyBin, err := testbed.FindEnvoy()
 	if err != nil {
@@ -399,6 +399,23 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 			t.Fatal(err)
 		}
 		validateEnvoy(t, envoyBin, "jwt-remote.yaml", cfg)
+	})
+	t.Run("examples/kubernetes/jwt", func(t *testing.T) {
+		data, err := os.ReadFile("../examples/kubernetes/jwt/envoy-config.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cm struct {
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal(data, &cm); err != nil || cm.Data["envoy.yaml"] == "" {
+			t.Fatalf("the gateway's ConfigMap has no envoy.yaml (%v)", err)
+		}
+		r, err := testbed.JWTFiles(c.pki, c.issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		validateEnvoy(t, envoyBin, "gateway.yaml", []byte(r.Replace(cm.Data["envoy.yaml"])))
 	})
 }
 

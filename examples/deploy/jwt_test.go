@@ -1,18 +1,28 @@
 package deploy
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"maps"
 	"net"
 	"net/url"
+	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typematcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
@@ -28,6 +38,7 @@ const jwtAuthnNamespace = "envoy.filters.http.jwt_authn"
 // route and its clusters' addresses.
 type jwtEnvoy struct {
 	b        *bootstrapv3.Bootstrap
+	hcm      *hcmv3.HttpConnectionManager
 	provider *jwtauthnv3.JwtProvider
 	authn    *jwtauthnv3.JwtAuthentication
 	authz    *extauthzv3.ExtAuthz
@@ -47,7 +58,7 @@ func decodeJWTEnvoy(t *testing.T, where string, cfg []byte) *jwtEnvoy {
 	if err != nil || len(managers) != 1 {
 		t.Fatalf("%s: want one HTTP connection manager, have %d (%v)", where, len(managers), err)
 	}
-	e := &jwtEnvoy{b: b, servers: map[string]string{}, endpoints: map[string]string{}}
+	e := &jwtEnvoy{b: b, hcm: managers[0], servers: map[string]string{}, endpoints: map[string]string{}}
 	for _, hf := range managers[0].GetHttpFilters() {
 		a, z := &jwtauthnv3.JwtAuthentication{}, &extauthzv3.ExtAuthz{}
 		switch {
@@ -178,6 +189,216 @@ func TestJWTSample(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s on %s may call %v, want %v", tt.subject, tt.server, got, tt.want)
+		}
+	}
+}
+
+// checkJWKS holds a sample key set to what jwt_authn verifies with: public
+// signing keys only, each named (kid) and of a strong kind.
+func checkJWKS(t *testing.T, where string, data []byte) {
+	t.Helper()
+	var set struct {
+		Keys []map[string]string `json:"keys"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&set); err != nil || len(set.Keys) == 0 {
+		t.Fatalf("%s: not a JSON Web Key Set with keys (%v)", where, err)
+	}
+	for i, k := range set.Keys {
+		for _, private := range []string{"d", "p", "q", "dp", "dq", "qi", "k"} {
+			if _, ok := k[private]; ok {
+				t.Errorf("%s: key %d has the private member %q: publish public keys only", where, i, private)
+			}
+		}
+		if k["kid"] == "" || k["use"] != "sig" {
+			t.Errorf("%s: key %d: want a kid and use sig", where, i)
+		}
+		switch k["kty"] {
+		case "RSA":
+			n, err := base64.RawURLEncoding.DecodeString(k["n"])
+			if err != nil || len(n)*8 < 2048 || !slices.Contains([]string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}, k["alg"]) {
+				t.Errorf("%s: key %d: want an RSA key of at least 2048 bits for an RS or PS alg (%v)", where, i, err)
+			}
+		case "EC":
+			if !slices.Contains([]string{"ES256", "ES384", "ES512"}, k["alg"]) || k["x"] == "" || k["y"] == "" {
+				t.Errorf("%s: key %d: want an EC key (x, y) for an ES alg", where, i)
+			}
+		default:
+			t.Errorf("%s: key %d: kty %q, want RSA or EC", where, i, k["kty"])
+		}
+	}
+}
+
+// gatewayCluster is c without what a deployment sets per place: how the
+// address is found and what it is.
+func gatewayCluster(c *clusterv3.Cluster) *clusterv3.Cluster {
+	c = proto.Clone(c).(*clusterv3.Cluster)
+	c.ClusterDiscoveryType, c.LoadAssignment = nil, nil
+	return c
+}
+
+// examples/kubernetes/jwt is envoy/jwt.yaml run as a gateway in front of
+// the MCP servers of examples/kubernetes: the same listener, jwt_authn,
+// ext_authz, response path and access log; envoy/mtls.yaml's authenticated
+// hop to capsnap's Service; the servers capsnap lists; and every file it
+// reads mounted where it reads it, the keys from a generated ConfigMap.
+func TestKubernetesJWTGateway(t *testing.T) {
+	k := loadK8s(t)
+	m := loadManifests(t, "kubernetes/jwt")
+	var kz kustomization
+	readDocs(t, repoPath("examples", "kubernetes", "jwt", "kustomization.yaml"))[0].decode(t, &kz, true)
+
+	var d deployment
+	m.one(t, "Deployment").decode(t, &d, false)
+	pod := d.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("gateway: want one container (envoy), have %d", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	checkHardened(t, pod.SecurityContext, c)
+	if !hasLabels(d.Spec.Template.Metadata.Labels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("gateway: selector %v does not select its pods", d.Spec.Selector.MatchLabels)
+	}
+	if sa := m.one(t, "ServiceAccount").Metadata.Name; pod.ServiceAccountName != sa {
+		t.Errorf("gateway: serviceAccountName %q, want %q (its identity to capsnap)", pod.ServiceAccountName, sa)
+	}
+
+	// mounted says what volume is mounted at dir: a ConfigMap's or a
+	// Secret's name.
+	mounted := func(dir string) (configMap, secret string) {
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath != dir {
+				continue
+			}
+			if vm.SubPath != "" || !vm.ReadOnly {
+				t.Errorf("gateway: %s is mounted with subPath or read-write", dir)
+			}
+			for _, v := range pod.Volumes {
+				switch {
+				case v.Name != vm.Name:
+				case v.ConfigMap != nil:
+					return v.ConfigMap.Name, ""
+				case v.Secret != nil:
+					return "", v.Secret.SecretName
+				}
+			}
+		}
+		t.Fatalf("gateway: nothing is mounted at %s", dir)
+		return "", ""
+	}
+
+	// The configuration: -c's file, from a ConfigMap of this directory.
+	i := slices.Index(c.Args, "-c")
+	if i < 0 || i+1 >= len(c.Args) {
+		t.Fatalf("gateway: args %q name no configuration (-c FILE)", c.Args)
+	}
+	cfgPath := c.Args[i+1]
+	cmName, _ := mounted(path.Dir(cfgPath))
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	o, ok := m["ConfigMap"]["/"+cmName]
+	if !ok {
+		t.Fatalf("gateway: ConfigMap %q (mounted at %s) is not in examples/kubernetes/jwt", cmName, path.Dir(cfgPath))
+	}
+	o.decode(t, &cm, false)
+	raw, ok := cm.Data[path.Base(cfgPath)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no %s", cmName, path.Base(cfgPath))
+	}
+	gw := decodeJWTEnvoy(t, "the gateway's envoy.yaml", []byte(raw))
+	ref := decodeJWTEnvoy(t, "envoy/jwt.yaml", readFile(t, "envoy", "jwt.yaml"))
+	mt, err := testbed.DecodeEnvoy(readFile(t, "envoy", "mtls.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// envoy/jwt.yaml's, which the end-to-end tests run.
+	if !proto.Equal(gw.hcm, ref.hcm) {
+		t.Error("the gateway's HTTP connection manager (filters, routes, access log) is not envoy/jwt.yaml's; copy it again")
+	}
+	if !proto.Equal(gw.b.GetAdmin(), ref.b.GetAdmin()) {
+		t.Error("the gateway's admin listener is not envoy/jwt.yaml's (loopback)")
+	}
+	gl, rl := gw.b.GetStaticResources().GetListeners(), ref.b.GetStaticResources().GetListeners()
+	if len(gl) != 1 || len(rl) != 1 || !proto.Equal(gl[0].GetFilterChains()[0].GetTransportSocket(), rl[0].GetFilterChains()[0].GetTransportSocket()) {
+		t.Fatal("the gateway's listener does not terminate TLS as envoy/jwt.yaml's does")
+	}
+	sa := gl[0].GetAddress().GetSocketAddress()
+	if sa.GetAddress() != "0.0.0.0" || int(sa.GetPortValue()) != c.namedPort(t, "https") {
+		t.Errorf("the gateway listens on %s:%d, want 0.0.0.0 on the container port https %d", sa.GetAddress(), sa.GetPortValue(), c.namedPort(t, "https"))
+	}
+	var svc service
+	m.one(t, "Service").decode(t, &svc, false)
+	if !hasLabels(d.Spec.Template.Metadata.Labels, svc.Spec.Selector) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.value != "https" {
+		t.Errorf("the gateway's Service does not send its port to the pods' https port: %+v", svc.Spec)
+	}
+
+	// The hop to capsnap: envoy/mtls.yaml's cluster, to capsnap's Service
+	// by the name its certificate carries.
+	var mtlsCapsnap *clusterv3.Cluster
+	for _, cl := range mt.GetStaticResources().GetClusters() {
+		if cl.GetName() == "capsnap" {
+			mtlsCapsnap = cl
+		}
+	}
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, cl := range gw.b.GetStaticResources().GetClusters() {
+		clusters[cl.GetName()] = cl
+	}
+	if gc := clusters["capsnap"]; gc == nil || !proto.Equal(gatewayCluster(gc), gatewayCluster(mtlsCapsnap)) {
+		t.Error("the gateway's capsnap cluster is not envoy/mtls.yaml's (mutual TLS, the gateway's SVID, capsnap's name verified)")
+	}
+	tc := &tlsv3.UpstreamTlsContext{}
+	if err := clusters["capsnap"].GetTransportSocket().GetTypedConfig().UnmarshalTo(tc); err != nil {
+		t.Fatal(err)
+	}
+	if want := net.JoinHostPort(tc.GetSni(), strconv.Itoa(k.capsnap.namedPort(t, "grpc"))); gw.endpoints["capsnap"] != want || !strings.HasPrefix(tc.GetSni(), k.svcName+".") {
+		t.Errorf("the gateway dials capsnap at %s, want its Service %s.<namespace> by the name its certificate carries, %s", gw.endpoints["capsnap"], k.svcName, want)
+	}
+	// The servers: the URLs capsnap lists, so agents reach the catalog
+	// capsnap watches.
+	for _, s := range k.cfg.Servers {
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for cluster, id := range gw.servers {
+			if id == s.ID {
+				found = true
+				if gw.endpoints[cluster] != u.Host || clusters[cluster].GetType() != clusterv3.Cluster_STRICT_DNS {
+					t.Errorf("the gateway routes server_id %s to %s (%v), but capsnap lists it at %s", s.ID, gw.endpoints[cluster], clusters[cluster].GetType(), u.Host)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the gateway has no route for server %s", s.ID)
+		}
+	}
+	if len(clusters) != len(k.cfg.Servers)+1 {
+		t.Errorf("the gateway has clusters %v, want capsnap and one per server", slices.Sorted(maps.Keys(clusters)))
+	}
+
+	// The issuer's keys: a generated ConfigMap (a new key set rolls the
+	// pods), mounted where local_jwks reads them.
+	jwksFile := gw.provider.GetLocalJwks().GetFilename()
+	jwksCM, _ := mounted(path.Dir(jwksFile))
+	generated := false
+	for _, g := range kz.ConfigMapGenerator {
+		if g.Name == jwksCM && slices.Contains(g.Files, path.Base(jwksFile)) {
+			generated = true
+			checkJWKS(t, "examples/kubernetes/jwt/"+path.Base(jwksFile), readFile(t, "examples", "kubernetes", "jwt", path.Base(jwksFile)))
+		}
+	}
+	if !generated {
+		t.Errorf("%s is mounted from ConfigMap %q, which no configMapGenerator of kustomization.yaml makes from %s: a new key would not roll the gateway", jwksFile, jwksCM, path.Base(jwksFile))
+	}
+	// The TLS files, from a Secret.
+	for _, f := range regexp.MustCompile(`filename: (/etc/envoy/tls/[^}\s]+)`).FindAllStringSubmatch(raw, -1) {
+		if _, secret := mounted(path.Dir(f[1])); secret == "" {
+			t.Errorf("%s is not in a Secret", f[1])
 		}
 	}
 }
