@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -81,6 +82,9 @@ type refusal struct {
 	agent *agentTransport
 	// status is Envoy's answer; 0 means the TLS handshake fails.
 	status int
+	// reason, if set, is capsnap's denial: Envoy lets the request through
+	// (status is then capsnap's), and capsnap refuses it.
+	reason string
 }
 
 var deployments = []deployment{
@@ -101,10 +105,10 @@ var deployments = []deployment{
 				t.Fatal(err)
 			}
 			return []refusal{
-				{"no certificate", newAgentTransport(c.pki.ClientTLS(), nil), 0},
-				{"certificate from another CA", newAgentTransport(c.pki.ClientTLS(clientCert(t, rogue, supportAgent)), nil), 0},
-				{"SPIFFE ID of another trust domain", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://evil/agent/support-refund")), nil), 0},
-				{"SPIFFE ID that is not an agent", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://acme/service/billing")), nil), 0},
+				{"no certificate", newAgentTransport(c.pki.ClientTLS(), nil), 0, ""},
+				{"certificate from another CA", newAgentTransport(c.pki.ClientTLS(clientCert(t, rogue, supportAgent)), nil), 0, ""},
+				{"SPIFFE ID of another trust domain", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://evil/agent/support-refund")), nil), 0, ""},
+				{"SPIFFE ID that is not an agent", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://acme/service/billing")), nil), 0, ""},
 			}
 		},
 	},
@@ -120,30 +124,124 @@ var deployments = []deployment{
 		as: func(t *testing.T, c creds, principal string) *agentTransport {
 			return bearer(t, c, c.issuer, testbed.Claims(principal))
 		},
-		refused: func(t *testing.T, c creds) []refusal {
-			forger, err := testbed.NewIssuer("agents-1") // the trusted kid, another key
-			if err != nil {
-				t.Fatal(err)
-			}
-			claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
-				m := testbed.Claims(supportAgent)
-				edit(m)
-				return m
-			}
-			return []refusal{
-				{"no token", newAgentTransport(c.pki.ClientTLS(), nil), http.StatusUnauthorized},
-				{"expired", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) {
-					m["iat"], m["exp"] = time.Now().Add(-20*time.Minute).Unix(), time.Now().Add(-10*time.Minute).Unix()
-				})), http.StatusUnauthorized},
-				{"no expiry", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { delete(m, "exp") })), http.StatusUnauthorized},
-				{"lives over an hour", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["exp"] = time.Now().Add(2 * time.Hour).Unix() })), http.StatusUnauthorized},
-				{"bad signature", bearer(t, c, forger, testbed.Claims(supportAgent)), http.StatusUnauthorized},
-				{"wrong issuer", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["iss"] = "https://idp.evil.example" })), http.StatusUnauthorized},
-				{"wrong audience", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["aud"] = "https://other.acme.example" })), http.StatusForbidden},
-				{"subject that is not an agent", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["sub"] = "spiffe://acme/service/billing" })), http.StatusUnauthorized},
-			}
-		},
+		refused: jwtRefused(http.StatusUnauthorized, ""),
 	},
+	{
+		// examples/istio/jwt's sidecar filter in place of envoy/jwt.yaml's
+		// jwt_authn: a token that fails is refused as there, a request
+		// without one reaches capsnap, which denies it.
+		name:      "istio-jwt",
+		principal: func(t *testing.T) string { return principalOf(t, "../examples/jwt/capsnap.yaml") },
+		policy:    "../examples/jwt/policy.yaml",
+		logColumn: "subject",
+		config:    sidecarJWTConfig,
+		as: func(t *testing.T, c creds, principal string) *agentTransport {
+			return bearer(t, c, c.issuer, testbed.Claims(principal))
+		},
+		refused: jwtRefused(http.StatusOK, "no_principal"),
+	},
+}
+
+// jwtRefused are the tokens jwt_authn must refuse, and a request with
+// none, which gets noToken from Envoy and, if reason is set, capsnap's
+// denial.
+func jwtRefused(noToken int, reason string) func(t *testing.T, c creds) []refusal {
+	return func(t *testing.T, c creds) []refusal {
+		forger, err := testbed.NewIssuer("agents-1") // the trusted kid, another key
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
+			m := testbed.Claims(supportAgent)
+			edit(m)
+			return m
+		}
+		return []refusal{
+			{"no token", newAgentTransport(c.pki.ClientTLS(), nil), noToken, reason},
+			{"expired", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) {
+				m["iat"], m["exp"] = time.Now().Add(-20*time.Minute).Unix(), time.Now().Add(-10*time.Minute).Unix()
+			})), http.StatusUnauthorized, ""},
+			{"no expiry", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { delete(m, "exp") })), http.StatusUnauthorized, ""},
+			{"lives over an hour", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["exp"] = time.Now().Add(2 * time.Hour).Unix() })), http.StatusUnauthorized, ""},
+			{"bad signature", bearer(t, c, forger, testbed.Claims(supportAgent)), http.StatusUnauthorized, ""},
+			{"wrong issuer", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["iss"] = "https://idp.evil.example" })), http.StatusUnauthorized, ""},
+			{"wrong audience", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["aud"] = "https://other.acme.example" })), http.StatusForbidden, ""},
+			{"subject that is not an agent", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["sub"] = "spiffe://acme/service/billing" })), http.StatusUnauthorized, ""},
+		}
+	}
+}
+
+// sidecarJWTConfig is envoy/jwt.yaml with its jwt_authn filter replaced by
+// the one examples/istio/jwt inserts into each MCP server's sidecar, its
+// inline keys by c's issuer's. The ext_authz filter already passes the
+// payload's namespace, which the example merges into Istio's.
+func sidecarJWTConfig(p testbed.Ports, c creds) ([]byte, error) {
+	cfg, err := testbed.JWTEnvoyConfig(p, c.pki, c.issuer)
+	if err != nil {
+		return nil, err
+	}
+	patches, err := os.ReadFile("../examples/istio/jwt/jwt-authn.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var ef struct {
+		Spec struct {
+			ConfigPatches []struct {
+				Patch struct {
+					Operation string         `yaml:"operation"`
+					Value     map[string]any `yaml:"value"`
+				} `yaml:"patch"`
+			} `yaml:"configPatches"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(patches)).Decode(&ef); err != nil {
+		return nil, err
+	}
+	var sidecar map[string]any
+	for _, cp := range ef.Spec.ConfigPatches {
+		if cp.Patch.Operation == "INSERT_BEFORE" {
+			sidecar = cp.Patch.Value
+		}
+	}
+	jwks, err := c.issuer.JWKS()
+	if err != nil {
+		return nil, err
+	}
+	agents, ok := dig(sidecar, "typed_config", "providers", "agents", "local_jwks").(map[string]any)
+	if !ok {
+		return nil, errors.New("examples/istio/jwt: no inserted filter with provider agents' local_jwks")
+	}
+	agents["inline_string"] = string(jwks)
+	var doc map[string]any
+	if err := yaml.Unmarshal(cfg, &doc); err != nil {
+		return nil, err
+	}
+	filters, _ := dig(doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config", "http_filters").([]any)
+	i := slices.IndexFunc(filters, func(f any) bool { return dig(f, "name") == "envoy.filters.http.jwt_authn" })
+	if i < 0 {
+		return nil, errors.New("envoy/jwt.yaml: no jwt_authn filter")
+	}
+	filters[i] = sidecar
+	return yaml.Marshal(doc)
+}
+
+// dig walks v by map keys and slice indexes; nil where the path leads
+// nowhere.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			s, _ := v.([]any)
+			if k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		}
+	}
+	return v
 }
 
 // Each deployment configuration, run by the real Envoy: the principal comes
@@ -234,7 +332,9 @@ func TestDeployments(t *testing.T) {
 				}
 			})
 
-			t.Run("refused by Envoy", func(t *testing.T) {
+			// Refused by Envoy, or, where the deployment lets a request
+			// through, by capsnap.
+			t.Run("refused", func(t *testing.T) {
 				for _, r := range d.refused(t, c) {
 					t.Run(r.name, func(t *testing.T) {
 						before := starts(t, s, "billing", "refund")
@@ -258,10 +358,18 @@ func TestDeployments(t *testing.T) {
 						// Had capsnap decided the refused tools/call, its audit
 						// line would be between the two marks.
 						to := mark(t, s, support)
+						decided := 0
 						for _, l := range decisions(t, s)[from+1 : to] {
-							if l.Method == "tools/call" {
-								t.Fatalf("capsnap decided %+v for a request Envoy should have refused", l)
+							if l.Method != "tools/call" {
+								continue
 							}
+							decided++
+							if r.reason == "" || l.Reason != r.reason {
+								t.Fatalf("capsnap decided %+v, want %s", l, cmp.Or(r.reason, "no decision: Envoy refuses it"))
+							}
+						}
+						if r.reason != "" && decided != 1 {
+							t.Fatalf("capsnap decided the request %d times, want once (%s)", decided, r.reason)
 						}
 					})
 				}

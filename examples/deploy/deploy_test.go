@@ -232,7 +232,7 @@ func (m manifests) all(kind string) []object {
 }
 
 func TestYAMLFilesParse(t *testing.T) {
-	for _, dir := range []string{"kubernetes", "kubernetes/redis", "kubernetes/jwt", "istio", "prometheus"} {
+	for _, dir := range []string{"kubernetes", "kubernetes/redis", "kubernetes/jwt", "istio", "istio/jwt", "prometheus"} {
 		for _, f := range yamlFiles(t, dir) {
 			docs := readDocs(t, f)
 			if dir == "prometheus" {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,7 +24,9 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typematcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
@@ -399,6 +403,121 @@ func TestKubernetesJWTGateway(t *testing.T) {
 	for _, f := range regexp.MustCompile(`filename: (/etc/envoy/tls/[^}\s]+)`).FindAllStringSubmatch(raw, -1) {
 		if _, secret := mounted(path.Dir(f[1])); secret == "" {
 			t.Errorf("%s is not in a Secret", f[1])
+		}
+	}
+}
+
+// examples/istio/jwt gives every workload a CUSTOM policy guards (and no
+// other) envoy/jwt.yaml's token verification right before the policy's
+// ext_authz filter, and that filter the namespace the payload is in;
+// nothing else of Istio's filter is changed.
+func TestIstioJWT(t *testing.T) {
+	ref := decodeJWTEnvoy(t, "envoy/jwt.yaml", readFile(t, "envoy", "jwt.yaml"))
+	guarded := map[string]bool{}
+	for _, o := range loadManifests(t, "istio").all("AuthorizationPolicy") {
+		var ap authorizationPolicy
+		o.decode(t, &ap, true)
+		if ap.Spec.Action == "CUSTOM" && ap.Spec.Selector != nil {
+			guarded[o.Metadata.Namespace+"/"+fmt.Sprint(ap.Spec.Selector.MatchLabels)] = true
+		}
+	}
+	verified := map[string]bool{}
+	for _, o := range loadManifests(t, "istio/jwt").all("EnvoyFilter") {
+		var f envoyFilter
+		o.decode(t, &f, true)
+		if f.Spec.WorkloadSelector == nil || len(f.Spec.WorkloadSelector.Labels) == 0 {
+			t.Errorf("EnvoyFilter %s: no workloadSelector; select the workload its CUSTOM policy does", o.Metadata.Name)
+			continue
+		}
+		key := o.Metadata.Namespace + "/" + fmt.Sprint(f.Spec.WorkloadSelector.Labels)
+		if verified[key] || !guarded[key] {
+			t.Errorf("EnvoyFilter %s: %s is verified twice, or guarded by no CUSTOM policy", o.Metadata.Name, key)
+		}
+		verified[key] = true
+		var authn, merged bool
+		for i, p := range f.Spec.ConfigPatches {
+			where := fmt.Sprintf("EnvoyFilter %s patch %d", o.Metadata.Name, i)
+			l := p.Match.Listener
+			if p.ApplyTo != "HTTP_FILTER" || p.Match.Context != "SIDECAR_INBOUND" || l == nil || l.FilterChain == nil || l.FilterChain.Filter == nil ||
+				l.FilterChain.Filter.Name != hcmFilter || l.FilterChain.Filter.SubFilter == nil || l.FilterChain.Filter.SubFilter.Name != extAuthzFilter {
+				t.Errorf("%s: want an HTTP_FILTER patch at the inbound %s", where, extAuthzFilter)
+				continue
+			}
+			js, err := json.Marshal(p.Patch.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hf hcmv3.HttpFilter
+			if err := protojson.Unmarshal(js, &hf); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			switch p.Patch.Operation {
+			case "INSERT_BEFORE":
+				authn = true
+				checkSidecarJWTAuthn(t, where, &hf, ref.provider)
+			case "MERGE":
+				merged = true
+				var z extauthzv3.ExtAuthz
+				if err := hf.GetTypedConfig().UnmarshalTo(&z); err != nil || hf.GetName() != extAuthzFilter {
+					t.Fatalf("%s: want %s's ExtAuthz (%v)", where, extAuthzFilter, err)
+				}
+				if !proto.Equal(&z, &extauthzv3.ExtAuthz{MetadataContextNamespaces: []string{jwtAuthnNamespace}}) {
+					t.Errorf("%s: merges %v into Istio's ext_authz; want metadata_context_namespaces [%s] and nothing else", where, &z, jwtAuthnNamespace)
+				}
+			default:
+				t.Errorf("%s: operation %s", where, p.Patch.Operation)
+			}
+		}
+		if !authn || !merged {
+			t.Errorf("EnvoyFilter %s: want the jwt_authn filter inserted before ext_authz and ext_authz passing %s", o.Metadata.Name, jwtAuthnNamespace)
+		}
+	}
+	for key := range guarded {
+		if !verified[key] {
+			t.Errorf("%s is guarded by a CUSTOM policy but verifies no token: capsnap would deny it all no_principal", key)
+		}
+	}
+}
+
+// checkSidecarJWTAuthn holds the sidecar's jwt_authn filter to envoy/jwt.yaml's
+// provider, but for the keys (inline: istiod pushes them) and a missing
+// token (allowed: capsnap's own catalog requests carry none).
+func checkSidecarJWTAuthn(t *testing.T, where string, hf *hcmv3.HttpFilter, want *jwtauthnv3.JwtProvider) {
+	t.Helper()
+	var a jwtauthnv3.JwtAuthentication
+	if err := hf.GetTypedConfig().UnmarshalTo(&a); err != nil {
+		t.Fatalf("%s: not a jwt_authn filter: %v", where, err)
+	}
+	if err := a.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if hf.GetName() == "envoy.filters.http.jwt_authn" {
+		t.Errorf("%s: name it apart from the jwt_authn filter Istio builds from a RequestAuthentication", where)
+	}
+	if len(a.GetProviders()) != 1 {
+		t.Fatalf("%s: want one provider", where)
+	}
+	for name, p := range a.GetProviders() {
+		checkJWKS(t, where, []byte(p.GetLocalJwks().GetInlineString()))
+		sample := readFile(t, "examples", "kubernetes", "jwt", "jwks.json")
+		var x, y any
+		if json.Unmarshal(sample, &x) != nil || json.Unmarshal([]byte(p.GetLocalJwks().GetInlineString()), &y) != nil || !reflect.DeepEqual(x, y) {
+			t.Errorf("%s: the inline key set is not examples/kubernetes/jwt/jwks.json, the one sample", where)
+		}
+		p, w := proto.Clone(p).(*jwtauthnv3.JwtProvider), proto.Clone(want).(*jwtauthnv3.JwtProvider)
+		p.JwksSourceSpecifier, w.JwksSourceSpecifier = nil, nil
+		if !proto.Equal(p, w) {
+			t.Errorf("%s: provider %s is not envoy/jwt.yaml's (apart from its keys)\nhave %v\nwant %v", where, name, p, w)
+		}
+		rules := a.GetRules()
+		requires := &jwtauthnv3.JwtRequirement{RequiresType: &jwtauthnv3.JwtRequirement_RequiresAny{RequiresAny: &jwtauthnv3.JwtRequirementOrList{
+			Requirements: []*jwtauthnv3.JwtRequirement{
+				{RequiresType: &jwtauthnv3.JwtRequirement_ProviderName{ProviderName: name}},
+				{RequiresType: &jwtauthnv3.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}}},
+			},
+		}}}
+		if len(rules) != 1 || rules[0].GetMatch().GetPrefix() != "/" || !proto.Equal(rules[0].GetRequires(), requires) {
+			t.Errorf("%s: rules %v: want every request's token, if any, verified by %s (a failed one refused: not allow_missing_or_failed)", where, rules, name)
 		}
 	}
 }
