@@ -207,41 +207,25 @@ func sidecarJWTConfig(p testbed.Ports, c creds) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	agents, ok := dig(sidecar, "typed_config", "providers", "agents", "local_jwks").(map[string]any)
-	if !ok {
+	keys := sidecar
+	for _, k := range []string{"typed_config", "providers", "agents", "local_jwks"} {
+		keys, _ = keys[k].(map[string]any)
+	}
+	if keys == nil {
 		return nil, errors.New("examples/istio/jwt: no inserted filter with provider agents' local_jwks")
 	}
-	agents["inline_string"] = string(jwks)
-	var doc map[string]any
-	if err := yaml.Unmarshal(cfg, &doc); err != nil {
+	keys["inline_string"] = string(jwks)
+	filter, err := json.Marshal(sidecar) // JSON is YAML: one list item
+	if err != nil {
 		return nil, err
 	}
-	filters, _ := dig(doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config", "http_filters").([]any)
-	i := slices.IndexFunc(filters, func(f any) bool { return dig(f, "name") == "envoy.filters.http.jwt_authn" })
-	if i < 0 {
-		return nil, errors.New("envoy/jwt.yaml: no jwt_authn filter")
+	const item = "          - name: "
+	from := bytes.Index(cfg, []byte(item+"envoy.filters.http.jwt_authn\n"))
+	to := bytes.Index(cfg, []byte(item+"envoy.filters.http.ext_authz\n"))
+	if from < 0 || to < from {
+		return nil, errors.New("envoy/jwt.yaml: the jwt_authn filter is not where expected, right before ext_authz")
 	}
-	filters[i] = sidecar
-	return yaml.Marshal(doc)
-}
-
-// dig walks v by map keys and slice indexes; nil where the path leads
-// nowhere.
-func dig(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			s, _ := v.([]any)
-			if k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		}
-	}
-	return v
+	return slices.Concat(cfg[:from], []byte("          - "), filter, []byte("\n"), cfg[to:]), nil
 }
 
 // Each deployment configuration, run by the real Envoy: the principal comes
