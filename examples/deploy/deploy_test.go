@@ -233,7 +233,7 @@ func (m manifests) all(kind string) []object {
 }
 
 func TestYAMLFilesParse(t *testing.T) {
-	for _, dir := range []string{"kubernetes", "kubernetes/redis", "istio", "prometheus"} {
+	for _, dir := range []string{"kubernetes", "kubernetes/redis", "kubernetes/jwt", "istio", "istio/jwt", "prometheus"} {
 		for _, f := range yamlFiles(t, dir) {
 			docs := readDocs(t, f)
 			if dir == "prometheus" {
@@ -281,23 +281,32 @@ func TestNoExampleLogsMCPHeaders(t *testing.T) {
 	}
 }
 
+// kustomization is a kustomization.yaml, decoded strictly.
+type kustomization struct {
+	APIVersion         string   `yaml:"apiVersion"`
+	Kind               string   `yaml:"kind"`
+	Resources          []string `yaml:"resources"`
+	ConfigMapGenerator []struct {
+		Name  string   `yaml:"name"`
+		Files []string `yaml:"files"`
+	} `yaml:"configMapGenerator"`
+}
+
 func TestKustomizationListsEveryManifest(t *testing.T) {
-	var k struct {
-		APIVersion string   `yaml:"apiVersion"`
-		Kind       string   `yaml:"kind"`
-		Resources  []string `yaml:"resources"`
-	}
-	docs := readDocs(t, repoPath("examples", "kubernetes", "kustomization.yaml"))
-	docs[0].decode(t, &k, true)
-	var want []string
-	for _, f := range yamlFiles(t, "kubernetes") {
-		if b := filepath.Base(f); b != "kustomization.yaml" {
-			want = append(want, b)
+	for _, dir := range []string{"kubernetes", "kubernetes/jwt"} {
+		var k kustomization
+		docs := readDocs(t, repoPath("examples", dir, "kustomization.yaml"))
+		docs[0].decode(t, &k, true)
+		var want []string
+		for _, f := range yamlFiles(t, dir) {
+			if b := filepath.Base(f); b != "kustomization.yaml" {
+				want = append(want, b)
+			}
 		}
-	}
-	got := slices.Sorted(slices.Values(k.Resources))
-	if !slices.Equal(got, want) {
-		t.Errorf("kustomization.yaml resources = %v, want every manifest in the directory: %v", got, want)
+		got := slices.Sorted(slices.Values(k.Resources))
+		if !slices.Equal(got, want) {
+			t.Errorf("examples/%s/kustomization.yaml resources = %v, want every manifest in the directory: %v", dir, got, want)
+		}
 	}
 }
 
@@ -627,8 +636,20 @@ func TestDeployment(t *testing.T) {
 		}
 	}
 
-	// Non-root, read-only, no privileges, at pod and container level.
-	for name, sc := range map[string]securityContext{"pod": pod.SecurityContext, "container": c.SecurityContext} {
+	checkHardened(t, pod.SecurityContext, c)
+
+	// Prometheus finds the admin port by the pod's annotations.
+	ann := k.deploy.Spec.Template.Metadata.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(adminPort) || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", port %d, path /metrics", ann, adminPort)
+	}
+}
+
+// checkHardened holds a pod and its container to running non-root,
+// read-only, without privileges, and within requested resources.
+func checkHardened(t *testing.T, pod securityContext, c container) {
+	t.Helper()
+	for name, sc := range map[string]securityContext{"pod": pod, "container " + c.Name: c.SecurityContext} {
 		if sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 			t.Errorf("%s securityContext: runAsNonRoot must be true", name)
 		}
@@ -638,22 +659,16 @@ func TestDeployment(t *testing.T) {
 	}
 	sc := c.SecurityContext
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Errorf("container securityContext: readOnlyRootFilesystem must be true")
+		t.Errorf("container %s securityContext: readOnlyRootFilesystem must be true", c.Name)
 	}
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("container securityContext: allowPrivilegeEscalation must be false")
+		t.Errorf("container %s securityContext: allowPrivilegeEscalation must be false", c.Name)
 	}
 	if !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("container securityContext: capabilities must drop ALL and add none, have %+v", sc.Capabilities)
+		t.Errorf("container %s securityContext: capabilities must drop ALL and add none, have %+v", c.Name, sc.Capabilities)
 	}
 	if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
-		t.Errorf("container resources: want cpu and memory requests and a memory limit, have %+v", c.Resources)
-	}
-
-	// Prometheus finds the admin port by the pod's annotations.
-	ann := k.deploy.Spec.Template.Metadata.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(adminPort) || ann["prometheus.io/path"] != "/metrics" {
-		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", port %d, path /metrics", ann, adminPort)
+		t.Errorf("container %s resources: want cpu and memory requests and a memory limit, have %+v", c.Name, c.Resources)
 	}
 }
 
