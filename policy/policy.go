@@ -357,6 +357,27 @@ func Parse(data []byte) (*Policy, error) {
 // Digest identifies the whole policy, for logs and the info metric.
 func (p *Policy) Digest() string { return p.digest }
 
+// SpanningRules describes, for people, the rules of server/tool's own
+// tool rule that hold its calls beyond one call: its budgets, rate limits
+// and approval. A grant's own are the principal rule's, and not listed.
+func (p *Policy) SpanningRules(server, tool string) []string {
+	t, ok := p.tools[toolKey{server, tool}]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, r := range t.rateLimits {
+		out = append(out, fmt.Sprintf("rate limit %q: at most %s", r.Name, r.c.describe()))
+	}
+	for _, b := range t.budgets {
+		out = append(out, fmt.Sprintf("budget %q: the sum of %s, at most %s", b.Name, b.Amount, b.c.describe()))
+	}
+	if t.approval != nil {
+		out = append(out, "approval: "+t.approval.describe())
+	}
+	return out
+}
+
 // HoldsForApproval reports whether any tool rule holds calls for a
 // person's approval: capsnap must then serve approvals.
 func (p *Policy) HoldsForApproval() bool {
