@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,14 @@ func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 	cli := redisCLI(t)
 	c := &RedisCluster{}
 	for range n {
+		// The bus port picked free too: by default it is the port plus
+		// 10000, which another test's server may hold.
+		bus, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.Nodes = append(c.Nodes, StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))
+			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus)))
 	}
 	args := append(append([]string{"--cluster", "create"}, c.Addrs()...), "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
