@@ -276,21 +276,36 @@ func (m *Memory) Put(s *Snapshot) error {
 	s.calls = &calls{}
 	s.Keep(m)
 	slices.SortFunc(s.Pins, func(a, b Pin) int { return strings.Compare(a.ToolID, b.ToolID) })
-	if !m.snapshots.SetWithTTL(s.Epoch, s, 1, ttl) {
-		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
+	// ristretto applies sets asynchronously, and drops one its buffer has
+	// no room for under contention: a snapshot must be findable by the
+	// very next request, so a dropped set is tried again.
+	admitted := false
+	for range setAttempts {
+		if m.snapshots.SetWithTTL(s.Epoch, s, 1, ttl) {
+			m.snapshots.Wait()
+			if _, admitted = m.snapshots.Get(s.Epoch); admitted {
+				break
+			}
+		}
+		m.snapshots.Wait()
 	}
-	// ristretto applies sets asynchronously; a snapshot must be findable
-	// by the very next request.
-	m.snapshots.Wait()
-	if _, ok := m.snapshots.Get(s.Epoch); !ok {
+	if !admitted {
 		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
 	}
 	m.held.Add(1)
-	m.latest.SetWithTTL(LatestKey("", s.Principal, s.ServerID, s.Session), s.Epoch, 1, ttl)
-	m.latest.SetWithTTL(AnySessionKey(s.Principal, s.ServerID), s.Epoch, 1, ttl)
+	for _, k := range [...]string{LatestKey("", s.Principal, s.ServerID, s.Session), AnySessionKey(s.Principal, s.ServerID)} {
+		// Only a dropped set is tried again: a pointer that reads another
+		// epoch after it may have been moved since by a newer listing.
+		for i := 0; i < setAttempts && !m.latest.SetWithTTL(k, s.Epoch, 1, ttl); i++ {
+			m.latest.Wait()
+		}
+	}
 	m.latest.Wait()
 	return nil
 }
+
+// setAttempts bounds the tries of a set ristretto drops under contention.
+const setAttempts = 4
 
 // ByEpoch implements Store.
 func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool, error) {

@@ -160,7 +160,9 @@ func (s *Store) readSeq(ctx context.Context, c rueidis.Client) (seqMark, error) 
 		if err != nil && !rueidis.IsRedisNil(err) {
 			return seqMark{}, fmt.Errorf("start the sequence: %w", err)
 		}
-		raw, err = c.DoCache(ctx, c.B().Get().Key(s.keys.Seq()).Cache(), time.Hour).ToString()
+		// From Redis itself: the client-side cache may still hold the nil
+		// it read before the write, until Redis's invalidation arrives.
+		raw, err = c.Do(ctx, c.B().Get().Key(s.keys.Seq()).Build()).ToString()
 	}
 	if err != nil {
 		return seqMark{}, fmt.Errorf("read the sequence: %w", err)
