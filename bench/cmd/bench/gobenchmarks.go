@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -84,18 +84,11 @@ func hasBenchmark(dir string) (bool, error) {
 		return false, err
 	}
 	for _, f := range files {
-		fh, err := os.Open(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return false, err
 		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		found := false
-		for sc.Scan() && !found {
-			found = strings.HasPrefix(sc.Text(), "func Benchmark")
-		}
-		fh.Close()
-		if found {
+		if bytes.HasPrefix(b, []byte("func Benchmark")) || bytes.Contains(b, []byte("\nfunc Benchmark")) {
 			return true, nil
 		}
 	}
