@@ -9,6 +9,7 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/jsonschema-go v0.4.3
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/gowebpki/jcs v1.0.2
 	github.com/kylelemons/godebug v1.1.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0

@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/bench/proc"
@@ -153,27 +155,69 @@ func TestCheckRequestCarriesTheBody(t *testing.T) {
 	}
 }
 
-// go tool pprof -top -cum's text, as it prints it.
-const pprofTop = `File: capsnap
-Type: cpu
-Duration: 3s, Total samples = 1.44s (47.99%)
-Showing nodes accounting for 1.44s, 100% of 1.44s total
-      flat  flat%   sum%        cum   cum%
-         0     0%     0%      0.98s 68.06%  google.golang.org/grpc.(*Server).handleStream
-     0.01s  0.69%  0.69%      0.38s 26.39%  github.com/capsnap/capsnap/extauthz.(*Server).Check
-         0     0%  0.69%      0.30s 20.83%  google.golang.org/grpc.(*serverStream).RecvMsg
-         0     0%  0.69%      0.20s 13.89%  google.golang.org/grpc.(*serverStream).SendMsg
-         0     0%  0.69%      0.08s  5.56%  github.com/capsnap/capsnap/audit.(*Writer).flush
-     0.01s  0.69%  1.38%       10ms  0.69%  runtime.nextFreeFast (inline)
-`
-
-func TestParseTopAndSplit(t *testing.T) {
-	total, cum, err := parseTop(pprofTop)
+// cpuProfile writes a CPU profile of stacks, each a sample of its time
+// and its frames from the leaf; a frame of several functions is one
+// location's inlined calls.
+func cpuProfile(t *testing.T, stacks []struct {
+	d      time.Duration
+	frames [][]string
+}) string {
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}}
+	funcs := map[string]*profile.Function{}
+	for _, st := range stacks {
+		s := &profile.Sample{Value: []int64{1, int64(st.d)}}
+		for _, frame := range st.frames {
+			loc := &profile.Location{ID: uint64(len(p.Location) + 1)}
+			for _, name := range frame {
+				if funcs[name] == nil {
+					funcs[name] = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
+					p.Function = append(p.Function, funcs[name])
+				}
+				loc.Line = append(loc.Line, profile.Line{Function: funcs[name]})
+			}
+			p.Location = append(p.Location, loc)
+			s.Location = append(s.Location, loc)
+		}
+		p.Sample = append(p.Sample, s)
+	}
+	file := filepath.Join(t.TempDir(), "cpu.pprof")
+	f, err := os.Create(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total != 1440*time.Millisecond || cum["github.com/capsnap/capsnap/extauthz.(*Server).Check"] != 380*time.Millisecond ||
-		cum["runtime.nextFreeFast"] != 10*time.Millisecond {
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestCumulativeAndSplit(t *testing.T) {
+	const (
+		handle = "google.golang.org/grpc.(*Server).handleStream"
+		check  = "github.com/capsnap/capsnap/extauthz.(*Server).Check"
+		recv   = "google.golang.org/grpc.(*serverStream).RecvMsg"
+		send   = "google.golang.org/grpc.(*serverStream).SendMsg"
+		flush  = "github.com/capsnap/capsnap/audit.(*Writer).flush"
+	)
+	ms := time.Millisecond
+	file := cpuProfile(t, []struct {
+		d      time.Duration
+		frames [][]string
+	}{
+		// Check twice on one stack (a recursion) counts once; an inlined
+		// call counts as its function.
+		{300 * ms, [][]string{{"runtime.nextFreeFast", "runtime.mallocgc"}, {check}, {check}, {handle}}},
+		{80 * ms, [][]string{{"syscall.write"}, {flush}, {check}, {handle}}},
+		{300 * ms, [][]string{{recv}, {handle}}},
+		{200 * ms, [][]string{{send}, {handle}}},
+		{560 * ms, [][]string{{"runtime.findRunnable"}}},
+	})
+	total, cum, err := cumulative(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 1440*ms || cum[check] != 380*ms || cum[handle] != 880*ms || cum["runtime.nextFreeFast"] != 300*ms {
 		t.Fatalf("total %v, cum %v", total, cum)
 	}
 	// 1.44 s of samples over 1000 Checks: 1.44 ms each, of which the
@@ -190,8 +234,8 @@ func TestParseTopAndSplit(t *testing.T) {
 			t.Errorf("%s: %v, want %v", part, got[part], d)
 		}
 	}
-	if _, _, err := parseTop("File: capsnap\n"); err == nil {
-		t.Error("a text without samples parsed")
+	if _, _, err := cumulative(cpuProfile(t, nil)); err == nil {
+		t.Error("a profile without samples read")
 	}
 }
 

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/google/pprof/profile"
 
 	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/report"
@@ -48,13 +50,9 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, 
 		cmds = append(cmds, "go "+strings.Join(args, " "))
 		top = append(top, fmt.Sprintf("== %s (%.0f Checks/s while profiled)\n%s", t.name, rep.RPS, strings.TrimRight(out, "\n")))
 
-		all, err := pprofText(ctx, []string{"tool", "pprof", "-top", "-cum", "-nodecount", "1000000", "-nodefraction", "0", file})
+		total, cum, err := cumulative(file)
 		if err != nil {
 			return nil, nil, err
-		}
-		total, cum, err := parseTop(all)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
 		perCheck[t.name] = split(total, cum, rep.RPS*profileWindow.Seconds())
 	}
@@ -115,34 +113,39 @@ func pprofText(ctx context.Context, args []string) (string, error) {
 	return string(out), nil
 }
 
-// parseTop reads go tool pprof -top's text: the profile's total samples,
-// and each function's cumulative time.
-func parseTop(out string) (time.Duration, map[string]time.Duration, error) {
+// cumulative reads a CPU profile: its total time, and each function's
+// cumulative time, that of the samples with the function on their stack.
+func cumulative(file string) (time.Duration, map[string]time.Duration, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	i := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "cpu" && t.Unit == "nanoseconds" })
+	if i < 0 {
+		return 0, nil, fmt.Errorf("%s: not a CPU profile", file)
+	}
 	var total time.Duration
 	cum := map[string]time.Duration{}
-	rows := false
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		switch {
-		case strings.Contains(line, "Total samples = "):
-			v := strings.Fields(line[strings.Index(line, "Total samples = ")+len("Total samples = "):])
-			d, err := time.ParseDuration(v[0])
-			if err != nil {
-				return 0, nil, fmt.Errorf("total samples: %w", err)
+	for _, s := range p.Sample {
+		d := time.Duration(s.Value[i])
+		total += d
+		seen := map[string]bool{}
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if !seen[l.Function.Name] {
+					seen[l.Function.Name] = true
+					cum[l.Function.Name] += d
+				}
 			}
-			total = d
-		case len(f) == 5 && f[0] == "flat" && f[3] == "cum":
-			rows = true
-		case rows && len(f) >= 6:
-			d, err := time.ParseDuration(f[3])
-			if err != nil {
-				return 0, nil, fmt.Errorf("row %q: %w", strings.TrimSpace(line), err)
-			}
-			cum[strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)")] = d
 		}
 	}
-	if total == 0 || len(cum) == 0 {
-		return 0, nil, fmt.Errorf("no samples in the profile's text")
+	if total == 0 {
+		return 0, nil, fmt.Errorf("%s: no samples", file)
 	}
 	return total, cum, nil
 }
