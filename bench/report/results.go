@@ -1,6 +1,6 @@
 // Package report holds what one make bench run measured, judges it against
 // the targets of issues 17 and 7, and renders it: BENCHMARKS.md, the latency chart
-// (SVG, by hand) and results.json.
+// (SVG, with gonum.org/v1/plot) and results.json.
 package report
 
 import (

@@ -1,124 +1,114 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
-	"html"
+	"image/color"
 	"math"
 	"strings"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
-// bar is one pair of bars in the chart: p50 and p99 of one server or mode.
-type bar struct {
-	label    string
-	color    string
-	p50, p99 time.Duration
+var colors = map[string]color.Color{
+	Capsnap: color.RGBA{0x1f, 0x77, 0xb4, 0xff}, Floor: color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, OPA: color.RGBA{0xd6, 0x27, 0x28, 0xff},
+	ModeNone: color.RGBA{0xc7, 0xc7, 0xc7, 0xff}, ModeFloor: color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, ModeCapsnap: color.RGBA{0x1f, 0x77, 0xb4, 0xff},
 }
 
-// group is a cluster of bars under one caption.
-type group struct {
-	caption string
-	bars    []bar
-}
-
-var colors = map[string]string{
-	Capsnap: "#1f77b4", Floor: "#7f7f7f", OPA: "#d62728",
-	ModeNone: "#c7c7c7", ModeFloor: "#7f7f7f", ModeCapsnap: "#1f77b4",
-}
-
-// Chart geometry, in SVG user units.
-const (
-	chartW, chartH             = 1040, 460
-	plotL, plotR, plotT, plotB = 70, 1020, 50, 370
-	barW, pairGap, groupGap    = 24, 18, 40
-)
-
-// SVG renders the latency chart: p50 (solid) and p99 (pale) of every
-// server at every concurrency over gRPC, and of every mode through Envoy,
-// on a logarithmic axis so that microseconds and milliseconds both read.
-func SVG(r *Results) []byte {
-	groups := chartGroups(r)
-	lo, hi := axisRange(groups)
-	y := func(d time.Duration) float64 {
-		v := math.Max(float64(d)/1e3, lo)
-		return plotB - (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*(plotB-plotT)
+// SVG renders the latency chart with gonum.org/v1/plot: for every server
+// at every concurrency over gRPC, and every mode through Envoy, a stroke
+// from p50 (filled) to p99 (open), on a logarithmic axis so that
+// microseconds and milliseconds both read.
+func SVG(r *Results) ([]byte, error) {
+	p := plot.New()
+	p.Title.Text = "Latency per request: p50 (filled) to p99 (open), log scale"
+	p.X.Label.Text = fmt.Sprintf("make bench, %s: Check over gRPC (checkload) and MCP tools/call through Envoy", r.Machine.Date)
+	p.Y.Scale = plot.LogScale{}
+	p.Add(&plotter.Grid{Horizontal: plotter.DefaultGridLineStyle})
+	type run struct {
+		label    string
+		p50, p99 time.Duration
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", chartW, chartH, chartW, chartH)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="15" font-weight="bold">Latency per request: p50 (solid) and p99 (pale), log scale</text>`+"\n", plotL)
-	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">make bench, %s: Check over gRPC (checkload) and MCP tools/call through Envoy</text>`+"\n", plotL, html.EscapeString(r.Machine.Date))
-	axis(&b, lo, hi, y)
-	x := float64(plotL + 20)
-	for _, g := range groups {
-		start := x
-		for _, br := range g.bars {
-			pair(&b, x, br, y)
-			x += 2*barW + pairGap
-		}
-		mid := (start + x - pairGap) / 2
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-weight="bold">%s</text>`+"\n", mid, plotB+44, html.EscapeString(g.caption))
-		x += groupGap
-	}
-	legend(&b, groups)
-	b.WriteString("</svg>\n")
-	return []byte(b.String())
-}
-
-// chartGroups are the bars to draw, in run order.
-func chartGroups(r *Results) []group {
-	var gs []group
+	var captions []string
+	var groups [][]run
 	for _, c := range r.Method.Concurrencies {
-		g := group{caption: fmt.Sprintf("gRPC Check, concurrency %d", c)}
+		var g []run
 		for _, s := range Servers {
-			run, ok := r.Run(s, c)
-			if ok {
-				g.bars = append(g.bars, bar{s, colors[s], run.P50, run.P99})
+			if x, ok := r.Run(s, c); ok {
+				g = append(g, run{s, x.P50, x.P99})
 			}
 		}
-		gs = append(gs, g)
+		captions, groups = append(captions, fmt.Sprintf("gRPC Check, concurrency %d", c)), append(groups, g)
 	}
-	g := group{caption: fmt.Sprintf("through Envoy, %d sessions", r.Method.EnvoyWorkers)}
+	var g []run
 	for _, m := range Modes {
 		if e, ok := r.Mode(m); ok {
-			g.bars = append(g.bars, bar{m, colors[m], e.P50, e.P99})
+			g = append(g, run{m, e.P50, e.P99})
 		}
 	}
-	return append(gs, g)
-}
+	captions, groups = append(captions, fmt.Sprintf("through Envoy, %d sessions", r.Method.EnvoyWorkers)), append(groups, g)
+	p.NominalX(captions...)
+	p.X.Min, p.X.Max = -0.5, float64(len(captions))-0.5
 
-// axisRange is the axis's range in µs: whole decades around every value.
-func axisRange(groups []group) (lo, hi float64) {
-	lo, hi = math.Inf(1), 0
-	for _, g := range groups {
-		for _, br := range g.bars {
-			for _, d := range []time.Duration{br.p50, br.p99} {
-				if d > 0 {
-					lo = math.Min(lo, float64(d)/1e3)
-					hi = math.Max(hi, float64(d)/1e3)
-				}
+	lo, hi := math.Inf(1), 0.0
+	legend := map[color.Color]bool{}
+	for i, g := range groups {
+		for j, x := range g {
+			at := float64(i) + 0.25*(float64(j)-float64(len(g)-1)/2)
+			us := []float64{max(float64(x.p50)/1e3, 1e-3), max(float64(x.p99)/1e3, 1e-3)}
+			lo, hi = min(lo, us[0], us[1]), max(hi, us[0], us[1])
+			xys := plotter.XYs{{X: at, Y: us[0]}, {X: at, Y: us[1]}}
+			line, points, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return nil, err
+			}
+			c := colors[x.label]
+			line.Color, line.Width = c, vg.Points(2)
+			points.GlyphStyleFunc = func(k int) draw.GlyphStyle {
+				shape := []draw.GlyphDrawer{draw.CircleGlyph{}, draw.RingGlyph{}}[k]
+				return draw.GlyphStyle{Color: c, Radius: vg.Points(4), Shape: shape}
+			}
+			labels, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: []string{short(x.p50), short(x.p99)}})
+			if err != nil {
+				return nil, err
+			}
+			for k := range labels.TextStyle {
+				labels.TextStyle[k].Font.Size = vg.Points(7)
+			}
+			labels.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(-3)}
+			p.Add(line, points, labels)
+			if !legend[c] {
+				legend[c] = true
+				p.Legend.Add(x.label, line, points)
 			}
 		}
 	}
 	if hi == 0 {
-		return 1, 10
+		lo, hi = 1, 10
 	}
-	lo = math.Pow(10, math.Floor(math.Log10(lo)))
-	hi = math.Pow(10, math.Ceil(math.Log10(hi)))
-	if hi <= lo {
-		hi = lo * 10
+	// Whole decades around every value.
+	p.Y.Min, p.Y.Max = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		var ticks []plot.Tick
+		for v := lo; v <= hi*1.0001; v *= 10 {
+			ticks = append(ticks, plot.Tick{Value: v, Label: axisLabel(v)})
+		}
+		return ticks
+	})
+	p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, true, vg.Points(12)
+	w, err := p.WriterTo(14*vg.Inch, 6*vg.Inch, "svg")
+	if err != nil {
+		return nil, fmt.Errorf("latency chart: %w", err)
 	}
-	return lo, hi
-}
-
-func axis(b *strings.Builder, lo, hi float64, y func(time.Duration) float64) {
-	for v := lo; v <= hi*1.0001; v *= 10 {
-		yy := y(time.Duration(v * 1e3))
-		fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#dddddd"/>`+"\n", plotL, plotR, yy, yy)
-		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n", plotL-6, yy, axisLabel(v))
+	var b bytes.Buffer
+	if _, err := w.WriteTo(&b); err != nil {
+		return nil, fmt.Errorf("latency chart: %w", err)
 	}
-	fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#333333"/>`+"\n", plotL, plotR, plotB, plotB)
-	fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#333333"/>`+"\n", plotL, plotL, plotT, plotB)
+	return b.Bytes(), nil
 }
 
 func axisLabel(us float64) string {
@@ -132,54 +122,5 @@ func axisLabel(us float64) string {
 	}
 }
 
-// pair draws br's p50 and p99 bars side by side from x, with their values
-// above them and the server's name below.
-func pair(b *strings.Builder, x float64, br bar, y func(time.Duration) float64) {
-	for i, v := range []struct {
-		d       time.Duration
-		opacity float64
-	}{{br.p50, 1}, {br.p99, 0.45}} {
-		bx := x + float64(i*barW)
-		top := y(v.d)
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s" fill-opacity="%.2f"><title>%s %s: %s</title></rect>`+"\n",
-			bx, top, barW, plotB-top, br.color, v.opacity, html.EscapeString(br.label), []string{"p50", "p99"}[i], Dur(v.d))
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%s</text>`+"\n", bx+barW/2, top-3, html.EscapeString(short(v.d)))
-	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="10">%s</text>`+"\n", x+barW, plotB+14, html.EscapeString(shortLabel(br.label)))
-}
-
-// short is a bar's value label: as Dur, without the space.
+// short is a point's value label: as Dur, without the space.
 func short(d time.Duration) string { return strings.ReplaceAll(Dur(d), " ", "") }
-
-// shortLabel fits a server or mode name under its pair of bars.
-func shortLabel(s string) string {
-	switch s {
-	case Floor:
-		return "floor"
-	case ModeNone:
-		return "no authz"
-	case ModeFloor:
-		return "→ floor"
-	case ModeCapsnap:
-		return "→ capsnap"
-	}
-	return s
-}
-
-// legend names each colour once: the through-Envoy modes share their
-// colours with the servers they call.
-func legend(b *strings.Builder, groups []group) {
-	x := float64(plotL)
-	seen := map[string]bool{}
-	for _, g := range groups {
-		for _, br := range g.bars {
-			if seen[br.color] {
-				continue
-			}
-			seen[br.color] = true
-			fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="12" height="12" fill="%s"/>`+"\n", x, chartH-30, br.color)
-			fmt.Fprintf(b, `<text x="%.1f" y="%d">%s</text>`+"\n", x+16, chartH-20, html.EscapeString(br.label))
-			x += 26 + 7*float64(len([]rune(br.label)))
-		}
-	}
-}

@@ -16,7 +16,11 @@ func (h *harness) write(context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(h.o.svg), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(h.o.svg, report.SVG(&h.results), 0o644); err != nil {
+	svg, err := report.SVG(&h.results)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(h.o.svg, svg, 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(h.o.report, report.Markdown(&h.results, h.o.svg), 0o644)
