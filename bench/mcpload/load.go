@@ -78,48 +78,57 @@ type Sample struct {
 // Measure has every worker post the call until d has passed or it made
 // perWorker calls. A failed call is an error.
 func (r *Runner) Measure(ctx context.Context, d time.Duration, perWorker int) (Sample, error) {
+	made := make([]int, len(r.sessions))
+	more := func(w int) bool { made[w]++; return made[w] <= perWorker }
+	return Workers(ctx, len(r.sessions), d, more, func(w int) (time.Duration, error) {
+		start := time.Now()
+		reply, err := r.sessions[w].Post(ctx, r.l.Call)
+		took := time.Since(start)
+		if err == nil && !reply.OK() {
+			err = fmt.Errorf("call: %s", reply)
+		}
+		return took, err
+	})
+}
+
+// Workers times the calls of n workers at once: worker w calls call(w),
+// which returns the time it measured, over and over until d has passed,
+// more(w) is false or a call fails. Any failed call fails the sample.
+func Workers(ctx context.Context, n int, d time.Duration, more func(w int) bool, call func(w int) (time.Duration, error)) (Sample, error) {
 	var (
-		mu       sync.Mutex
-		sample   Sample
-		failures int
-		first    string
-		wg       sync.WaitGroup
+		mu     sync.Mutex
+		sample Sample
+		first  error
+		wg     sync.WaitGroup
 	)
 	start := time.Now()
 	deadline := start.Add(d)
-	for _, s := range r.sessions {
+	for w := range n {
 		wg.Go(func() {
 			var own []time.Duration
-			bad, why := 0, ""
-			for n := 0; n < perWorker && time.Now().Before(deadline) && ctx.Err() == nil; n++ {
-				t0 := time.Now()
-				reply, err := s.Post(ctx, r.l.Call)
-				own = append(own, time.Since(t0))
-				switch {
-				case err != nil:
-					bad, why = bad+1, err.Error()
-				case !reply.OK():
-					bad, why = bad+1, reply.String()
+			var err error
+			for err == nil && more(w) && time.Now().Before(deadline) && ctx.Err() == nil {
+				var took time.Duration
+				if took, err = call(w); err == nil {
+					own = append(own, took)
 				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			sample.Latencies = append(sample.Latencies, own...)
-			failures += bad
-			if first == "" {
-				first = why
+			if first == nil {
+				first = err
 			}
 		})
 	}
 	wg.Wait()
 	sample.Elapsed = time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return sample, err
-	}
-	if failures > 0 {
-		return sample, fmt.Errorf("%d of %d calls failed, the first: %s", failures, len(sample.Latencies), first)
-	}
-	if len(sample.Latencies) == 0 {
+	switch {
+	case ctx.Err() != nil:
+		return sample, ctx.Err()
+	case first != nil:
+		return sample, first
+	case len(sample.Latencies) == 0:
 		return sample, fmt.Errorf("no call was made")
 	}
 	return sample, nil

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -274,46 +273,13 @@ func (m *listingMode) close() {
 // or d has passed. Every listing must deliver exactly m.want with an
 // epoch; one that does not fails the run.
 func (m *listingMode) measure(ctx context.Context, n int, d time.Duration) (mcpload.Sample, error) {
-	var (
-		mu     sync.Mutex
-		sample mcpload.Sample
-		first  error
-		wg     sync.WaitGroup
-		left   atomic.Int64
-	)
+	var left atomic.Int64
 	left.Store(int64(n))
-	start := time.Now()
-	deadline := start.Add(d)
-	for _, c := range m.clients {
-		wg.Go(func() {
-			var own []time.Duration
-			var err error
-			for left.Add(-1) >= 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-				var one listing
-				if one, err = m.listOnce(ctx, c); err != nil {
-					break
-				}
-				own = append(own, one.elapsed)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			sample.Latencies = append(sample.Latencies, own...)
-			if first == nil {
-				first = err
-			}
-		})
-	}
-	wg.Wait()
-	sample.Elapsed = time.Since(start)
-	switch {
-	case ctx.Err() != nil:
-		return sample, ctx.Err()
-	case first != nil:
-		return sample, first
-	case len(sample.Latencies) == 0:
-		return sample, fmt.Errorf("no listing was made")
-	}
-	return sample, nil
+	more := func(int) bool { return left.Add(-1) >= 0 }
+	return mcpload.Workers(ctx, len(m.clients), d, more, func(w int) (time.Duration, error) {
+		one, err := m.listOnce(ctx, m.clients[w])
+		return one.elapsed, err
+	})
 }
 
 // listOnce is one listing through m's Envoy, which must deliver exactly
