@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"debug/buildinfo"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/capsnap/capsnap/bench/report"
 	"github.com/capsnap/capsnap/testbed"
@@ -108,20 +109,17 @@ func (h *harness) describeMachine(context.Context) error {
 		return err
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	load, _ := os.ReadFile("/proc/loadavg")
-	h.results.Machine = machineOf(goVersion, envoyVersion, kernel, load, h)
-	h.logf("   %s, %d cores, kernel %s, %s", h.results.Machine.CPU, h.results.Machine.Cores, h.results.Machine.Kernel, h.results.Machine.Go)
-	return nil
-}
-
-func machineOf(goVersion []byte, envoyVersion string, kernel, load []byte, h *harness) report.Machine {
-	f := strings.Fields(string(load))
-	loadAvg := "?"
-	if len(f) >= 3 {
-		loadAvg = strings.Join(f[:3], " ")
+	cpu, loadAvg := "?", "?"
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if info, err := fs.CPUInfo(); err == nil && len(info) > 0 {
+			cpu = info[0].ModelName
+		}
+		if l, err := fs.LoadAvg(); err == nil {
+			loadAvg = fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
+		}
 	}
-	return report.Machine{
-		CPU:     cpuModel(),
+	m := report.Machine{
+		CPU:     cpu,
 		Cores:   runtime.NumCPU(),
 		Kernel:  strings.TrimSpace(string(kernel)),
 		Go:      strings.TrimSpace(string(goVersion)),
@@ -132,6 +130,9 @@ func machineOf(goVersion []byte, envoyVersion string, kernel, load []byte, h *ha
 		Date:    h.started.UTC().Format(time.RFC3339),
 		LoadAvg: loadAvg,
 	}
+	h.results.Machine = m
+	h.logf("   %s, %d cores, kernel %s, %s", m.CPU, m.Cores, m.Kernel, m.Go)
+	return nil
 }
 
 // envoyRelease shortens Envoy's version line ("/path/to/envoy  version:
@@ -142,19 +143,4 @@ func envoyRelease(line string) string {
 		return "Envoy " + parts[1]
 	}
 	return line
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "?"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "?"
 }
