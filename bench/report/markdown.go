@@ -1,6 +1,7 @@
 package report
 
 import (
+	_ "embed"
 	"fmt"
 	"slices"
 	"sort"
@@ -432,65 +433,14 @@ func missedSection(b *strings.Builder, r *Results) {
 	}
 }
 
-// levers are issue 17's levers as they were tried: each measured by the Go
-// benchmark named, against the code before it, when it was made. They are
-// history, not this run's figures, which the sections above give.
-var levers = []struct{ lever, verdict, figures string }{
-	{"Decoding the CheckRequest: `checkcodec`, a gRPC codec that decodes only the fields the decision reads and checks the rest as protobuf-go does, held to protobuf-go by `FuzzDecode`; the floor keeps the stock codec",
-		"kept", "make bench's refund request 3.6 µs, 70 allocs → 1.9 µs, 30 allocs; an Envoy mTLS + JWT request 12.9 µs, 185 allocs → 7.3 µs, 92 allocs (`checkcodec` benchmarks)"},
-	{"Encoding the answer with go-control-plane's vtprotobuf marshaler (`MarshalVTStrict`)",
-		"did not pay", "0.98 → 0.39 µs an answer, but only with `-tags vtprotobuf` on every build, and it stops an answer with invalid UTF-8 from failing at capsnap: reverted"},
-	{"Sharing the header names and values every CheckRequest repeats, instead of a string each",
-		"did not pay", "30 → 17 allocs a decode, but slower: the lookup costs more than the allocation; reverted"},
-	{"An answer that says once what it says twice: an allowed tools/call's metadata is only decision and reason (shared bytes); its pins go once, in the upstream headers, which `envoy/*.yaml` copy into the same metadata keys with Envoy's header_to_metadata filter after ext_authz (it runs only on requests capsnap let through, whose x-capsnap-* headers capsnap set or removed, so no forgery is logged); a denial's metadata still names what was refused",
-		"kept", "265 of ~700 bytes of every allowed answer, which Envoy (and the load) decode; in the trial build before it (make bench's gRPC step, 2026-12-03 23:30, one run each) 0.76× the floor at c=16 either way, but at c=64 0.81× against 0.63× and p99 1.22× against 1.60×"},
-	{"gRPC stream workers (`grpc.NumStreamWorkers(64)`) in capsnap and, to stay the same gRPC stack, in the floor",
-		"kept", "without them each RPC starts a goroutine whose stack grows by copying, every time: runtime.newstack was 10.6% of capsnap's CPU and 14.5% of the floor's at c=64 in the live profiles of 2026-12-04 00:26 (capsnap then with 2 workers, the floor without)"},
-	{"Allocations of the deployed Check: the Redis pointer key in one exact-size allocation; a non-batch request and its message in one; the constraints' CEL activation pooled; a call's claims kept off the heap; a new jti and its call's token in one string",
-		"kept", "`BenchmarkCheckDeployed` 22 → 15 allocs, 2,800 → 2,433 B, its time within the machine's noise (8.5–11 µs before and after); `BenchmarkGrant/Seal` 2 → 1 alloc. Not done: the decoded arguments' strings aliasing the request body (`unsafe.String`, one more allocation), as the parser would then hand out memory its caller may reuse"},
-	{"The load: ghz decodes each answer into a dynamic message; the load now decodes with generated code, as Envoy does (`bench/cmd/checkload`), ghz kept as a cross-check (\"The load, and ghz\" above)",
-		"kept", "at c=64, ghz spent 191 µs of CPU per capsnap Check and 84 µs per floor Check, the servers 68 and 46 µs; capsnap ÷ floor 0.53× under ghz, 0.63–0.76× under checkload in the trial runs"},
-	{"An allowed answer's messages and headers in one allocation",
-		"kept", "`BenchmarkCheckAllowed` 22 → 17 allocs, ~7.1 → ~6.9 µs; `BenchmarkCheckDeployed` 30 → 25 allocs"},
-	{"The arguments' digest: capsnap's own RFC 8785 canonicalizer, written straight into SHA-256, `jcs.Transform` its oracle (`FuzzArgsDigest`)",
-		"kept", "refund's arguments 2.9 µs, 34 allocs → 0.55 µs, 1 alloc (`BenchmarkArgsDigest`)"},
-	{"The envelope's signature: under a grant, signed once per snapshot and tool, each call bound by an HMAC under the grant's call key (docs/ENVELOPE.md)",
-		"kept", "an allowed call's envelope ~43 µs (Ed25519) → ~2.4 µs (`BenchmarkSeal`, `BenchmarkGrant/Seal`); then a grant's keyed HMACs pooled (10 → 5 allocs) and the call's claims encoded by hand where json.Marshal would write the same bytes (~1.0 µs, 4 allocs)"},
-	{"The shared store's round trips: a replica keeps the calls it has seen recorded, so a sequence rule seen satisfied needs Redis no more; a newest-snapshot pointer's MAC checked once per record",
-		"kept", "`BenchmarkCheckStore/redis` no round trip a Check; `BenchmarkCheckDeployed` 76 → 64 allocs"},
-	{"The response path: tool digests cached by the SHA-256 of each definition's exact bytes; one strict check and one walk of the document instead of six; the rewrite into one buffer of the exact size; tool_not_granted details made once per rule and tool",
-		"kept", "`BenchmarkDeliver225` 4.4 ms, 41,162 allocs → 0.7 ms, 1,770 allocs; `BenchmarkReadDelivery225/json` 2.97 ms → 0.29 ms"},
-	{"Caching a whole tools/list by its hash, on top of the per-tool digests",
-		"did not pay", "it hashes the same bytes and saves only the map lookups"},
-	{"The audit line of a listing, which names every withheld tool with its reason and detail",
-		"not done", "11–13% of Deliver's CPU for 213 withheld tools (~30 KB a listing); kept whole, for the audit's sake"},
-	{"The audit write before each answer (zerolog's encoding, the chain's SHA-256, the group-committed write)",
-		"not done", "9–10% of capsnap's CPU at c=64 in the live profile of the make bench run of 2026-12-03 20:14, nearly as much as the decision (11%); the line is written before the answer so that no answered decision is missing from the trail, and that stays"},
-	{"Bigger audit batches: the Write that starts a batch yields the processor once (runtime.Gosched) so that the decisions ready to run join it",
-		"kept", "`BenchmarkWrite/group` 0.31 → 0.04 write(2) a line; over gRPC against the build before it, in turns in the same run, twice (2026-12-04 00:58–01:03): c=64 +7% and +13% Checks/s, c=16 +3% and −3%, c=1 within noise. Those runs had every Write that found no write under way yield; since review only the batch's first does, and the others wait for it"},
-	{"Bigger audit batches again: the Write that starts a batch yields again while other Writes joined it during its last yield, up to three times in all",
-		"kept", "at c=16 the file's write(2) was 11% of capsnap's CPU (a live profile at c=16, 2026-12-04 03:22) and a write carried 1.4–1.6 lines (`/proc/PID/io` against the trail's lines); over gRPC against the build before it, in turns in the same run, four rounds each (2026-12-04 03:24–03:32, a slow spell: the floor 19–22k Checks/s at c=64): c=16 +0.5%, +2%, −2%, +13% Checks/s, c=64 +10%, +11%, +3%, +1%, p99 no worse. Up to eight yields: c=16 +17%, +6%, c=64 −4%, −9%"},
-	{"The audit write alone: the Write that starts a batch yields only under load (its batch, or one of the last eight, held more than one line), since a yield wakes an idle processor to look for work, which finds none and sleeps again",
-		"did not pay", "a trail written from one goroutine with 150 µs between lines: 87 → 53 µs of process CPU a line. Over gRPC against the build before it, in turns in the same run, twice (2026-12-04 10:50–10:56): at c=1 222 and 192 µs of server CPU a Check with it, 216 and 190 without; at c=16 and c=64 Checks/s within 4% either way: gRPC's own goroutines keep a processor looking for work already, so the yield wakes none. Reverted"},
-	{"The response path in one exchange: Envoy's ext_proc streams the tools/list response to capsnap in full duplex (`FULL_DUPLEX_STREAMED`, `envoy/*.yaml`) instead of buffering it, and capsnap answers the held headers and sends the rewritten list once it has read the last chunk; `BUFFERED` is still served",
-		"kept", "added p50 of a listing through the response path, against BUFFERED, alternating in one scratch worktree (2026-12-04 04:03–04:13, the delivery step alone): BUFFERED +2.24, +1.67, +2.16 ms; full duplex +1.49, +0.78, +1.57, +1.91, +1.08 ms"},
-	{"The response path again: one policy match and one quoted principal per listing (`policy.Principal`), withheld tools counted by reason, the digest cache keyed by a definition's exact bytes instead of their SHA-256",
-		"kept", "`BenchmarkDeliver225` 516 → ~420 µs, 1,131 → 707 allocs; the cache's SHA-256 was 15% of its CPU profile, the map lookup that replaced it 4%"},
-	{"The garbage collector's share",
-		"not done", "mallocgc 17% of capsnap's CPU at c=64 in the same profile, the floor's 18%; GOGC is left alone, as a million snapshots must fit in 1 GiB and a larger GOGC multiplies the heap"},
-	{"The strict parser and the argument checks: the arguments were checked strictly a second time before they were decoded; now the body's check stands for them (`mcpparse.Message.DecodeArguments`)",
-		"kept", "refund's arguments decoded in ~0.6 µs instead of ~0.85 µs (`BenchmarkDecodeObject/checked` against `/mcpparse`); three walks of the arguments remain (decode, schema, digest), not merged"},
-}
+// levers is issue 17's levers as they were tried, each measured by the
+// Go benchmark named against the code before it, when it was made:
+// history, kept as the markdown it is shown as.
+//
+//go:embed levers.md
+var levers string
 
-func leversSection(b *strings.Builder, _ *Results) {
-	fmt.Fprintf(b, "## Levers examined (issue 17)\n\n")
-	fmt.Fprintf(b, "Each lever as it was tried, measured by the Go benchmark named against the code before it, at the time: history, not this run's figures (the sections above give those).\n\n")
-	var rows [][]string
-	for _, l := range levers {
-		rows = append(rows, []string{l.lever, l.verdict, l.figures})
-	}
-	table(b, []string{"lever", "verdict", "measured"}, rows)
-}
+func leversSection(b *strings.Builder, _ *Results) { b.WriteString(levers) }
 
 // takingTurns says how the servers or modes of a step took their turns,
 // each of them turns times.
