@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/capsnap/capsnap/bench/mcpload"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/policy"
@@ -282,6 +283,35 @@ func TestCPUTally(t *testing.T) {
 
 // Every server or mode takes as many turns as the others, in order and
 // then back, so that the turns of each are spread over the whole step.
+// Contenders take their turns in turn order, each summed up over its own
+// turns; a failed turn ends them.
+func TestTakeTurns(t *testing.T) {
+	var order []int
+	tallies := []*cpuTally{newCPUTally(theLoad()), newCPUTally(theLoad())}
+	res, err := takeTurns(tallies, func(i int) (mcpload.Sample, error) {
+		order = append(order, i)
+		return mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(order, turnOrder(2)) {
+		t.Fatalf("turns %v, want %v", order, turnOrder(2))
+	}
+	for i, r := range res {
+		if r.Calls != turns || r.P50 != time.Duration(i+1)*time.Millisecond || r.Elapsed != turns*time.Second || tallies[i].calls != turns {
+			t.Errorf("contender %d: %+v, %d calls tallied", i, r, tallies[i].calls)
+		}
+	}
+	n := 0
+	if _, err := takeTurns(tallies, func(int) (mcpload.Sample, error) {
+		n++
+		return mcpload.Sample{}, fmt.Errorf("refused")
+	}); err == nil || n != 1 {
+		t.Fatalf("a failed turn: %v after %d turns", err, n)
+	}
+}
+
 func TestTurnOrder(t *testing.T) {
 	for _, tc := range []struct {
 		n    int

@@ -148,33 +148,31 @@ func (h *harness) delivery(ctx context.Context) error {
 	}
 	// A machine that gets busier or quieter during the step weighs on
 	// both alike.
-	samples := map[*listingMode][]mcpload.Sample{}
-	tallies := map[*listingMode]*cpuTally{}
-	for _, m := range modes {
-		tallies[m] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
+	tallies := make([]*cpuTally, len(modes))
+	for i, m := range modes {
+		tallies[i] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
 			process{"mcpfixture", []int{fixture.Pid()}}, theLoad())
 	}
-	for _, i := range turnOrder(len(modes)) {
-		m := modes[i]
-		err := tallies[m].during(func() (int, error) {
-			s, err := m.measure(ctx, deliveryListings/turns, deliveryTurn)
-			samples[m] = append(samples[m], s)
-			return len(s.Latencies), err
-		})
+	results, err := takeTurns(tallies, func(i int) (mcpload.Sample, error) {
+		s, err := modes[i].measure(ctx, deliveryListings/turns, deliveryTurn)
+		if err == nil {
+			err = modes[i].envoy.gone()
+		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
+			err = fmt.Errorf("%s: %w", modes[i].name, err)
 		}
-		if err := m.envoy.gone(); err != nil {
-			return err
-		}
+		return s, err
+	})
+	if err != nil {
+		return err
 	}
 	for _, m := range modes {
 		if _, after, err := m.capsnap.decisions(ctx); err != nil || after != denied[m] {
 			return fmt.Errorf("%s: capsnap denied %.0f requests during the runs (%v)", m.name, after-denied[m], err)
 		}
 	}
-	d.With, d.Without = mcpload.Summarize(samples[with]...), mcpload.Summarize(samples[without]...)
-	d.WithCPU, d.WithoutCPU = tallies[with].perCall(), tallies[without].perCall()
+	d.With, d.Without = results[0], results[1]
+	d.WithCPU, d.WithoutCPU = tallies[0].perCall(), tallies[1].perCall()
 	if d.Profile, err = h.profileListings(ctx, with); err != nil {
 		return fmt.Errorf("%s: profile: %w", with.name, err)
 	}

@@ -115,8 +115,8 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		report.ModeFloor: {noop.Pid()}, report.ModeCapsnap: {cs.Pid()},
 		report.ModeRedis: {onRedis[0].Pid()}, report.ModeReplicas: {onRedis[1].Pid(), onRedis[2].Pid()},
 	}
-	tallies := map[string]*cpuTally{}
-	for _, mode := range all {
+	tallies := make([]*cpuTally, len(all))
+	for i, mode := range all {
 		procs := []process{{"Envoy", []int{modes[mode].envoy.Pid()}}, {"billing", []int{billing.Pid()}}}
 		if pids := authzProcs[mode]; pids != nil {
 			procs = append(procs, process{"the authorizer", pids})
@@ -124,28 +124,26 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		if slices.Contains(report.StoreModes, mode) {
 			procs = append(procs, process{"Redis", []int{redis.Pid()}})
 		}
-		tallies[mode] = newCPUTally(append(procs, theLoad())...)
+		tallies[i] = newCPUTally(append(procs, theLoad())...)
 	}
-	samples := map[string][]mcpload.Sample{}
-	for _, i := range turnOrder(len(all)) {
-		mode := all[i]
-		err := tallies[mode].during(func() (int, error) {
-			s, err := modes[mode].measure(ctx, h.o.envoyRun/turns, envoyPerWorker/turns)
-			samples[mode] = append(samples[mode], s)
-			return len(s.Latencies), err
-		})
+	results, err := takeTurns(tallies, func(i int) (mcpload.Sample, error) {
+		s, err := modes[all[i]].measure(ctx, h.o.envoyRun/turns, envoyPerWorker/turns)
 		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+			err = fmt.Errorf("%s: %w", all[i], err)
 		}
+		return s, err
+	})
+	if err != nil {
+		return err
 	}
 	for i, c := range capsnaps {
 		if _, after, err := c.decisions(ctx); err != nil || after != denied[i] {
 			return fmt.Errorf("%s denied %.0f requests during the runs (%v): the figures would include denials", c.Name, after-denied[i], err)
 		}
 	}
-	for _, mode := range all {
-		res := mcpload.Summarize(samples[mode]...)
-		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res, CPU: tallies[mode].perCall()})
+	for i, mode := range all {
+		res := results[i]
+		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res, CPU: tallies[i].perCall()})
 		h.logf("   %-32s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
 	}
 	return nil

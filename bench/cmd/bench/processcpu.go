@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/capsnap/capsnap/bench/mcpload"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/bench/report"
 )
@@ -77,4 +78,26 @@ func (t *cpuTally) perCall() []report.ProcessCPU {
 		out[i] = report.ProcessCPU{Process: p.name, CPU: t.spent[i], PerCall: t.spent[i] / time.Duration(t.calls)}
 	}
 	return out
+}
+
+// takeTurns measures contenders in turns (turnOrder), one measure(i) a
+// turn, tallies[i] adding up what contender i's processes spend; it sums
+// up each one's samples.
+func takeTurns(tallies []*cpuTally, measure func(i int) (mcpload.Sample, error)) ([]mcpload.Result, error) {
+	samples := make([][]mcpload.Sample, len(tallies))
+	for _, i := range turnOrder(len(tallies)) {
+		err := tallies[i].during(func() (int, error) {
+			s, err := measure(i)
+			samples[i] = append(samples[i], s)
+			return len(s.Latencies), err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]mcpload.Result, len(samples))
+	for i, s := range samples {
+		out[i] = mcpload.Summarize(s...)
+	}
+	return out, nil
 }
