@@ -26,20 +26,6 @@ var (
 // capsnap's (Data).
 const TemplateEpoch = "ep_bench"
 
-// Catalog is data.json's live view: each server's tools and their schema
-// digests.
-func Catalog() (map[string]map[string]string, error) {
-	var d struct {
-		Capsnap struct {
-			Catalog map[string]map[string]string `json:"catalog"`
-		} `json:"capsnap"`
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("opa data.json: %w", err)
-	}
-	return d.Capsnap.Catalog, nil
-}
-
 // Data is data.json with its one snapshot under epoch instead of
 // TemplateEpoch.
 func Data(epoch string) ([]byte, error) {
