@@ -194,13 +194,8 @@ func cpuProfile(t *testing.T, stacks []struct {
 }
 
 func TestCumulativeAndSplit(t *testing.T) {
-	const (
-		handle = "google.golang.org/grpc.(*Server).handleStream"
-		check  = "github.com/capsnap/capsnap/extauthz.(*Server).Check"
-		recv   = "google.golang.org/grpc.(*serverStream).RecvMsg"
-		send   = "google.golang.org/grpc.(*serverStream).SendMsg"
-		flush  = "github.com/capsnap/capsnap/audit.(*Writer).flush"
-	)
+	const handle = "google.golang.org/grpc.(*Server).handleStream"
+	check, flush, recv, send := cpuParts[0].fn, cpuParts[1].fn, cpuParts[2].fn, cpuParts[3].fn
 	ms := time.Millisecond
 	file := cpuProfile(t, []struct {
 		d      time.Duration
