@@ -189,7 +189,7 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // check decodes arguments as capsnap does (mcpparse, numbers as
-// json.Number) and validates them, as extauthz's checkArguments does.
+// json.Number) and validates them, as decide's checkArguments does.
 func check(s *Schema, arguments []byte) (map[string]any, error) {
 	args, err := (&mcpparse.Message{Arguments: arguments}).DecodeArguments()
 	if err != nil {

@@ -9,6 +9,9 @@
 // them. A snapshot's pins live and die together: no pin is ever evicted on
 // its own, which a later call would misread as drift. Memory is bounded (ristretto) and every snapshot expires at its
 // valid_until.
+//
+// Beside the snapshots, a store keeps the counters of the policy's budgets
+// and rate limits (policy.Counters; counters.go), which span snapshots.
 package cache
 
 import (
@@ -171,7 +174,7 @@ type CallLog interface {
 // response path on any of them. Envoy may send a listing's Check to one
 // replica and its response to another; the replica that issued the ticket
 // asks here before it concludes that the response never came back
-// (extauthz/unbound.go). A store of one replica need not implement it.
+// (decide/unbound.go). A store of one replica need not implement it.
 type Redemptions interface {
 	// Redeem records each ticket (a short id the caller derives from it)
 	// as redeemed, for keep.
@@ -189,7 +192,8 @@ var (
 	_ CallLog = (*Memory)(nil)
 )
 
-// Memory is the in-process Store of a single replica.
+// Memory is the in-process Store of a single replica, and its
+// policy.Counters.
 type Memory struct {
 	snapshots *ristretto.Cache[string, *Snapshot]
 	// latest maps (principal, server, session) to its newest epoch, and
@@ -205,6 +209,8 @@ type Memory struct {
 	seq uint64
 	// changed maps server, then tool, to the sequence it last changed at.
 	changed map[string]map[string]uint64
+
+	counters counters
 }
 
 // MemoryOptions bound a Memory store.

@@ -134,3 +134,37 @@ func TestHeldCountsPuts(t *testing.T) {
 		t.Fatalf("Held = %d, want 3", got)
 	}
 }
+
+// A counter is dropped once its last slot has stopped counting, and not
+// before: the map does not grow with every principal that ever called.
+func TestCountersAreSweptOnceTheyCountNothing(t *testing.T) {
+	now := time.UnixMilli(1_699_999_980_000) // on a minute
+	m, err := NewMemory(MemoryOptions{MaxSnapshots: 10, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	charge := func(counter string) {
+		t.Helper()
+		u, err := m.Reserve(policy.Charge{Counter: counter, Amount: 1, Limit: 10, Window: time.Hour, Slot: time.Minute})
+		if err != nil || !u.Allowed {
+			t.Fatalf("Reserve %s = %+v, %v", counter, u, err)
+		}
+	}
+	held := func() int {
+		m.counters.mu.Lock()
+		defer m.counters.mu.Unlock()
+		return len(m.counters.by)
+	}
+	charge("old")
+	now = now.Add(time.Hour + time.Minute - time.Millisecond)
+	charge("new")
+	if n := held(); n != 2 {
+		t.Fatalf("%d counters held while both count, want 2", n)
+	}
+	now = now.Add(time.Millisecond + sweepEvery)
+	charge("newer")
+	if n := held(); n != 2 {
+		t.Fatalf("%d counters held once the first stopped counting, want 2", n)
+	}
+}

@@ -104,7 +104,7 @@ func (s *MCPSource) Run(ctx context.Context, publish Publish) error {
 			delay = minBackoff
 		}
 		wait := delay/2 + rand.N(delay/2+1)
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("catalog source failed; reconnecting")
+		log.Warn().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("catalog source failed; reconnecting")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

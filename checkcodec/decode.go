@@ -11,7 +11,7 @@ import (
 )
 
 // Read lists the CheckRequest fields Decode sets, as paths from
-// CheckRequest: the fields extauthz's decision reads. Every other field is
+// CheckRequest: the fields package extauthz reads to hand the decision its request. Every other field is
 // checked, as protobuf-go checks it, and left unset.
 var Read = []string{
 	"attributes.source.principal",

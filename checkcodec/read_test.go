@@ -20,10 +20,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// TestDecisionReadsOnlyRead type-checks extauthz, which decides the
-// CheckRequests Decode decodes, for a use of a field Decode leaves unset:
-// the field or its getter, on a message on Read's paths. A decision that
-// started to read one would read "" where Envoy sent a value; this makes
+// TestDecisionReadsOnlyRead type-checks extauthz, which reads the
+// CheckRequests Decode decodes into the decision's request, for a use of a
+// field Decode leaves unset: the field or its getter, on a message on
+// Read's paths. An adapter that started to read one would read "" where
+// Envoy sent a value; this makes
 // that a failing test, to be fixed by decoding the field (and naming it in
 // Read), not by reading around it.
 func TestDecisionReadsOnlyRead(t *testing.T) {

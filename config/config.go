@@ -69,6 +69,50 @@ type Config struct {
 	Debug Debug `yaml:"debug"`
 	// Envelope configures the signed envelope of allowed calls.
 	Envelope Envelope `yaml:"envelope"`
+	// Mode is ModeEnforce (the default) or ModeObserve, for every server
+	// whose own Mode is empty.
+	Mode string `yaml:"mode"`
+	// Tracing exports a span per decision to an OpenTelemetry collector.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing: a span for each decision,
+// continuing the trace Envoy started (W3C traceparent on the ext_authz and
+// ext_proc calls), exported over OTLP/gRPC.
+type Tracing struct {
+	// Endpoint is the collector's OTLP/gRPC host:port; empty turns
+	// tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends spans in plaintext, as to a collector on loopback
+	// or a node-local agent; otherwise TLS with the system's roots.
+	Insecure bool `yaml:"insecure"`
+	// SampleRatio is the share of traces capsnap starts itself that it
+	// samples; a trace Envoy started keeps Envoy's decision.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName is the service.name resource attribute.
+	ServiceName string `yaml:"service_name"`
+}
+
+// Enforcement modes.
+const (
+	// ModeEnforce answers every decision as it is made.
+	ModeEnforce = "enforce"
+	// ModeObserve makes, audits and counts every decision as ModeEnforce
+	// would, and enforces none: a request that would be denied passes, a
+	// tools/list response passes as the server sent it. For rolling
+	// capsnap out beside servers and agents already in use.
+	ModeObserve = "observe"
+)
+
+// Observed lists the servers in ModeObserve.
+func (c Config) Observed() []string {
+	var ids []string
+	for _, s := range c.Servers {
+		if s.Mode == ModeObserve || (s.Mode == "" && c.Mode == ModeObserve) {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
 
 // Envelope configures the signed envelope capsnap sends the MCP server on
@@ -154,6 +198,25 @@ type Server struct {
 	// which only this server can decrypt; without it, each call's envelope
 	// is signed whole (docs/ENVELOPE.md).
 	GrantKeyFile string `yaml:"grant_key_file"`
+	// Mode overrides the top-level mode for this server.
+	Mode string `yaml:"mode"`
+	// ReleaseOnError gives back what a call reserved of its budgets and
+	// rate limits when this server answers it with a JSON-RPC error or a
+	// tool result with isError. Only for a server whose failures mean
+	// nothing was done: a server that errs after moving the money would
+	// hand the budget back for more.
+	ReleaseOnError bool `yaml:"release_on_error"`
+}
+
+// ReleasingOnError lists the servers with release_on_error.
+func (c Config) ReleasingOnError() []string {
+	var ids []string
+	for _, s := range c.Servers {
+		if s.ReleaseOnError {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
 
 // ClientCapabilityNames are the client capabilities capsnap can declare.
@@ -346,6 +409,8 @@ func Default() Config {
 		Catalog:   Catalog{MaxAge: 2 * time.Minute},
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},
+		Mode:      ModeEnforce,
+		Tracing:   Tracing{SampleRatio: 1, ServiceName: "capsnap"},
 	}
 }
 

@@ -2,8 +2,10 @@ package config
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,35 @@ func TestRedisSecret(t *testing.T) {
 	}
 	if _, err := (Redis{SecretFile: filepath.Join(dir, "none")}).ReadSecret(); err == nil || !strings.Contains(err.Error(), "snapshots.redis.secret_file") {
 		t.Errorf("a missing secret file: %v", err)
+	}
+}
+
+// A server's own mode wins; with none, the top-level mode applies.
+func TestObserved(t *testing.T) {
+	servers := func(modes ...string) []Server {
+		var out []Server
+		for i, m := range modes {
+			out = append(out, Server{ID: fmt.Sprintf("s%d", i), Mode: m})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		mode string
+		srv  []Server
+		want []string
+	}{
+		{"enforce everywhere", ModeEnforce, servers("", ModeEnforce), nil},
+		{"observe everywhere", ModeObserve, servers("", ""), []string{"s0", "s1"}},
+		{"one server observed", ModeEnforce, servers("", ModeObserve), []string{"s1"}},
+		{"one server enforced", ModeObserve, servers(ModeEnforce, ""), []string{"s1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Mode, c.Servers = tt.mode, tt.srv
+			if got := c.Observed(); !slices.Equal(got, tt.want) {
+				t.Errorf("Observed() = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

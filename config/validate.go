@@ -73,6 +73,12 @@ func (c Config) Validate() error {
 	if c.Catalog.MaxAge < time.Second {
 		return fmt.Errorf("catalog.max_age: %s is below 1s", c.Catalog.MaxAge)
 	}
+	if err := validMode(c.Mode); err != nil {
+		return fmt.Errorf("mode: %w", err)
+	}
+	if err := c.Tracing.validate(); err != nil {
+		return fmt.Errorf("tracing.%w", err)
+	}
 	if len(c.Servers) == 0 {
 		return errors.New("servers: at least one server is required")
 	}
@@ -217,6 +223,33 @@ func (s Server) validate() error {
 	}
 	if s.Resync < time.Second {
 		return fmt.Errorf("resync_interval: %s is below 1s", s.Resync)
+	}
+	if s.Mode != "" {
+		if err := validMode(s.Mode); err != nil {
+			return fmt.Errorf("mode: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t Tracing) validate() error {
+	if t.Endpoint != "" {
+		if err := validAddr(t.Endpoint); err != nil {
+			return fmt.Errorf("endpoint: %w", err)
+		}
+	}
+	if t.SampleRatio < 0 || t.SampleRatio > 1 {
+		return fmt.Errorf("sample_ratio: %v is outside 0..1", t.SampleRatio)
+	}
+	if t.ServiceName == "" {
+		return errors.New("service_name: required")
+	}
+	return nil
+}
+
+func validMode(m string) error {
+	if m != ModeEnforce && m != ModeObserve {
+		return fmt.Errorf("%q is not %s or %s", m, ModeEnforce, ModeObserve)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ package deny
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Reason is a stable, machine-readable cause of a denial.
@@ -60,6 +61,13 @@ const (
 	// SequenceViolation: the policy requires another tool to have been
 	// called first under the same snapshot.
 	SequenceViolation Reason = "sequence_violation"
+	// BudgetExhausted: the call's amount would take one of the pinned
+	// policy's budgets past its limit in its window (Error.Limit says
+	// which, and when the amount fits again).
+	BudgetExhausted Reason = "budget_exhausted"
+	// RateLimited: the call would exceed one of the pinned policy's rate
+	// limits in its window (Error.Limit says which, and when to retry).
+	RateLimited Reason = "rate_limited"
 	// MalformedResponse: a tools/list response on its way to the agent is
 	// not one capsnap can read strictly (malformed, over the limit, an
 	// unknown content type or encoding): it is never delivered unfiltered.
@@ -106,6 +114,9 @@ const (
 	ReturnToReview = "review"
 	// ReturnToNone: nothing the caller can do will make this call valid.
 	ReturnToNone = "none"
+	// ReturnToLater: the same call may be allowed once the time the denial
+	// names has passed (LimitInfo.RetryAfterSeconds, Retry-After).
+	ReturnToLater = "later"
 )
 
 // Spec is what a denial for one reason says beyond its detail, and the one
@@ -118,7 +129,9 @@ type Spec struct {
 	// denial of a request is a 4xx, whose JSON-RPC body the Go and Python
 	// SDK clients read; a 5xx would be taken as transient and its body
 	// dropped. Only the response path's own refusals, which no request
-	// caused, are 5xx.
+	// caused, are 5xx. The limits' 429 is the one 4xx the Go SDK also
+	// takes as transient: it keeps the session and drops the body, and the
+	// Retry-After header is what is left to act on.
 	Status int
 	// ReturnTo is where the caller must go next, a ReturnTo constant.
 	ReturnTo string
@@ -139,6 +152,8 @@ var specs = map[Reason]Spec{
 	InvalidArguments:    {Status: 403, ReturnTo: ReturnToPlanning},
 	ConstraintViolation: {Status: 403, ReturnTo: ReturnToPlanning},
 	SequenceViolation:   {Status: 403, ReturnTo: ReturnToPlanning},
+	BudgetExhausted:     {Status: 429, ReturnTo: ReturnToLater},
+	RateLimited:         {Status: 429, ReturnTo: ReturnToLater},
 	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
 	UnclassifiedTool:    {Status: 403, ReturnTo: ReturnToNone},
 	ToolNotGranted:      {Status: 403, ReturnTo: ReturnToNone},
@@ -185,6 +200,7 @@ var nextSteps = map[string]string{
 	ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
 	ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
 	ReturnToNone:          "Nothing will make this call valid: do not retry it.",
+	ReturnToLater:         "A budget or rate limit of the policy is used up: retry this call no sooner than the seconds in data.limit.retry_after_seconds (the Retry-After header), or plan within what is left.",
 }
 
 // Error is a denial: a Reason and a human-readable detail for logs and the
@@ -192,6 +208,42 @@ var nextSteps = map[string]string{
 type Error struct {
 	Reason Reason
 	Detail string
+	// Limit, set on a denial by a budget or rate limit (BudgetExhausted,
+	// RateLimited, or ConstraintViolation for an amount no window could
+	// hold), is what the planner needs to act: the adapters render it as
+	// the JSON-RPC error's data.limit and, when it says when to retry, as
+	// the Retry-After header of an HTTP error.
+	Limit *LimitInfo
+}
+
+// LimitInfo is the state of the budget or rate limit that denied a call,
+// in the policy's own units: a budget's sums what its amount expression
+// evaluates to (USD, say), a rate limit's counts calls.
+type LimitInfo struct {
+	// Name is the budget's or rate limit's name in the policy: a bounded
+	// label, unlike the principal whose counter it is.
+	Name string `json:"name"`
+	// Limit is the most the window may hold.
+	Limit float64 `json:"limit"`
+	// Used is what the window held when the call was denied, and Amount
+	// what the call would have added (1 for a rate limit).
+	Used   float64 `json:"used"`
+	Amount float64 `json:"amount"`
+	// WindowSeconds is the window's length.
+	WindowSeconds int64 `json:"window_seconds"`
+	// RetryAfterSeconds is how long until the same call fits, rounded up
+	// to a whole second; 0 (and absent from the JSON) when it never will,
+	// its amount being more than the limit.
+	RetryAfterSeconds int64 `json:"retry_after_seconds,omitempty"`
+}
+
+// RetryAfter is the Retry-After header's value for l: whole seconds, or
+// "" when there is no time after which the call fits.
+func (l *LimitInfo) RetryAfter() string {
+	if l == nil || l.RetryAfterSeconds <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(l.RetryAfterSeconds, 10)
 }
 
 func (e *Error) Error() string {

@@ -49,3 +49,19 @@ func TestDrift(t *testing.T) {
 		t.Errorf("a reason without a row: %+v", s)
 	}
 }
+
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		limit *LimitInfo
+		want  string
+	}{
+		{nil, ""},
+		{&LimitInfo{Name: "daily", RetryAfterSeconds: 0}, ""},
+		{&LimitInfo{Name: "daily", RetryAfterSeconds: 3600}, "3600"},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.RetryAfter(); got != tt.want {
+			t.Errorf("%+v: RetryAfter() = %q, want %q", tt.limit, got, tt.want)
+		}
+	}
+}

@@ -608,7 +608,7 @@ func TestFaultCapsnapRestartUnderLoad(t *testing.T) {
 // The clock passes a snapshot's TTL between list and call: capsnap judges
 // expiry by its own clock, so a call made after the TTL is denied
 // snapshot_expired, whether or not it names its epoch, and a relist mints a
-// fresh snapshot. (extauthz's TestDrift "expired" jumps a fake clock past
+// fresh snapshot. (decide's TestDrift "expired" jumps a fake clock past
 // the TTL at the unit level.)
 func TestFaultClockPastSnapshotTTL(t *testing.T) {
 	const ttl = 2 * time.Second

@@ -20,7 +20,7 @@ import (
 	"github.com/capsnap/capsnap/testbed"
 )
 
-// hostileCase mirrors extauthz's reading of a testdata/hostile file.
+// hostileCase mirrors decide's reading of a testdata/hostile file.
 type hostileCase struct {
 	Name             string            `json:"name"`
 	Headers          map[string]string `json:"headers"`
@@ -90,14 +90,14 @@ func openRawSession(ctx context.Context, t *testing.T, s *testbed.Stack) *rawSes
 }
 
 // TestHostileThroughEnvoy sends every body of the hostile corpus
-// (extauthz/testdata/hostile) with its headers through the real Envoy to
+// (decide/testdata/hostile) with its headers through the real Envoy to
 // the real billing server, as an agent that listed tools first and names
 // its epoch. A denied case must carry the expected x-capsnap-reason (or be
 // refused by Envoy itself where the case says so) and never start a
 // handler; an allowed case must start exactly the tool it names (or none,
 // where the SDK server answers it with an error).
 func TestHostileThroughEnvoy(t *testing.T) {
-	files, err := filepath.Glob("../extauthz/testdata/hostile/*.json")
+	files, err := filepath.Glob("../decide/testdata/hostile/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no hostile corpus: %v", err)
 	}

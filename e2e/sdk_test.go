@@ -389,6 +389,9 @@ type sdkDenial struct {
 	AllowedTools []string `json:"allowed_tools"`
 	// Epoch is the snapshot the call was decided under, if any.
 	Epoch string `json:"epoch"`
+	// Limit is a budget's or rate limit's, on budget_exhausted and
+	// rate_limited (sdkLimit).
+	Limit json.RawMessage `json:"limit"`
 }
 
 // denialOf fails unless st failed with the SDK's MCP error carrying

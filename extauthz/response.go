@@ -1,7 +1,6 @@
 package extauthz
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,49 +17,22 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/capsnap/capsnap/config"
-	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/internal/bounded"
 	"github.com/capsnap/capsnap/policy"
 )
 
-// CodeDenied is the JSON-RPC error code of every capsnap denial. JSON-RPC
-// reserves -32768..-32000 and MCP defines no code for a policy refusal, so
-// capsnap takes one outside that range; data.reason says which refusal.
-const CodeDenied = -31000
-
-// Headers capsnap sets. Every header with HeaderPrefix that a client sends
-// is removed before the request reaches the upstream, so the upstream can
-// trust them.
-const (
-	HeaderPrefix       = "x-capsnap-"
-	HeaderReason       = "x-capsnap-reason"
-	HeaderServerID     = "x-capsnap-server-id"
-	HeaderTool         = "x-capsnap-tool"
-	HeaderSchemaDigest = "x-capsnap-schema-digest"
-	HeaderEffectClass  = "x-capsnap-effect-class"
-	HeaderPolicyDigest = "x-capsnap-policy-digest"
-	HeaderPrincipal    = "x-capsnap-principal"
-	// HeaderEpoch carries the snapshot epoch: to the client on a tools/list
-	// response, from the client on a tools/call (optional; it then must
-	// match), and to the upstream on an allowed call.
-	HeaderEpoch = "x-capsnap-epoch"
-	// HeaderValidUntil tells the client when the epoch expires (RFC 3339).
-	HeaderValidUntil = "x-capsnap-valid-until"
-	// HeaderDrift is set on a capability_drift denial, to its reason.
-	HeaderDrift = "x-capability-drift"
-)
-
-func (d *decision) response(pins *pinHeaders, form config.Denials) *authv3.CheckResponse {
-	resp := d.answer(pins, form)
+// response is Envoy's answer to o.
+func response(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
+	resp := answer(o, pins)
 	// The metadata goes into the message already encoded, as the bytes of
 	// its dynamic_metadata field: protobuf-go took about 6µs and 15
 	// allocations to marshal the seven-entry Struct an allowed call then
 	// carried (a map of messages), more than the whole rest of the
 	// response. On the wire it is an ordinary Struct; Envoy, and whatever
 	// else decodes the response, reads nothing else.
-	resp.ProtoReflect().SetUnknown(d.metadata())
+	resp.ProtoReflect().SetUnknown(metadata(o))
 	return resp
 }
 
@@ -88,27 +60,31 @@ func (d *decision) response(pins *pinHeaders, form config.Denials) *authv3.Check
 // pin never reaches a log. Saying them twice cost the allowed
 // answer 265 of its ~700 bytes, which Envoy decodes on every call
 // (BENCHMARKS.md).
-func (d *decision) metadata() protoreflect.RawFields {
-	if d.fail == nil && d.tool != "" {
+func metadata(o *decide.Outcome) protoreflect.RawFields {
+	if o.Pinned() && o.Release == "" {
 		return allowedCallMetadata
 	}
-	verdict, reason := "allow", "ok"
-	if d.fail != nil {
-		verdict, reason = "deny", string(d.fail.Reason)
-	}
-	epoch := ""
-	if d.snapshot != nil {
-		epoch = d.snapshot.Epoch
+	// An observed denial is logged as the allow it was, with the reason it
+	// would have been denied for, not enforced.
+	verdict, reason, enforced := "allow", "ok", ""
+	switch {
+	case o.Denial != nil:
+		verdict, reason = "deny", string(o.Denial.Reason)
+	case o.Observed != nil:
+		reason, enforced = string(o.Observed.Reason), "false"
 	}
 	return metadataField(
-		entry{"decision", verdict}, entry{"reason", reason},
-		entry{"mcp_method", logValue(d.method)}, entry{"mcp_name", logValue(d.name)},
-		entry{"server_id", d.serverID}, entry{"tool", logValue(d.tool)},
-		entry{"schema_digest", d.digest}, entry{"policy_digest", d.policyDigest},
+		entry{"decision", verdict}, entry{"reason", reason}, entry{"enforced", enforced},
+		entry{"mcp_method", logValue(o.Method)}, entry{"mcp_name", logValue(o.Name)},
+		entry{"server_id", o.ServerID}, entry{"tool", logValue(o.Tool)},
+		entry{"schema_digest", o.SchemaDigest}, entry{"policy_digest", o.PolicyDigest},
 		// listing, on an allowed tools/list on the response path, is what
 		// makes Envoy send its response, and only its response, to
 		// capsnap's ext_proc service, where the snapshot is minted.
-		entry{"epoch", epoch}, entry{"listing", d.listing},
+		entry{"epoch", o.Epoch}, entry{"listing", o.Listing},
+		// release, on an allowed call whose answer may give back what it
+		// reserved, is what ext_proc hands Settle with the answer.
+		entry{"release", o.Release},
 	)
 }
 
@@ -222,16 +198,16 @@ type pinHeaders = bounded.Map[pinKey, []*corev3.HeaderValueOption]
 
 const maxPinHeaders = 4096
 
-func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckResponse {
-	if d.fail != nil {
-		return d.denied(form)
+func answer(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
+	if o.Denial != nil {
+		return denied(o)
 	}
 	a := &allowedAnswer{}
 	switch {
-	case d.tool != "":
+	case o.Pinned():
 		// Through handler start: the upstream gets exactly what was
 		// verified, so its handler can check the pin against itself.
-		k := pinKey{d.serverID, d.tool, d.digest, d.policyDigest, d.effect}
+		k := pinKey{o.ServerID, o.Tool, o.SchemaDigest, o.PolicyDigest, o.Effect}
 		common := pins.Get(k, maxPinHeaders, func() (pinKey, []*corev3.HeaderValueOption) {
 			k := pinKey{strings.Clone(k.serverID), strings.Clone(k.tool), strings.Clone(k.digest), strings.Clone(k.policyDigest), k.effect}
 			vals := [len(pinHeaderKeys)]string{k.serverID, k.tool, k.digest, k.effect.String(), k.policyDigest}
@@ -242,20 +218,20 @@ func (d *decision) answer(pins *pinHeaders, form config.Denials) *authv3.CheckRe
 			return k, overwrite(kv...)
 		})
 		a.http.Headers = append(a.set[:0], common...)
-		a.add(&a.http.Headers, HeaderPrincipal, d.principal)
-		a.add(&a.http.Headers, HeaderEpoch, d.snapshot.Epoch)
-		if d.envelope != "" {
-			a.add(&a.http.Headers, envelope.Header, d.envelope)
+		a.add(&a.http.Headers, decide.HeaderPrincipal, o.Principal)
+		a.add(&a.http.Headers, decide.HeaderEpoch, o.Epoch)
+		if o.Envelope != "" {
+			a.add(&a.http.Headers, envelope.Header, o.Envelope)
 		}
-		if d.grant != "" {
-			a.add(&a.http.Headers, envelope.GrantHeader, d.grant)
+		if o.Grant != "" {
+			a.add(&a.http.Headers, envelope.GrantHeader, o.Grant)
 		}
-	case d.snapshot != nil:
+	case o.Minted():
 		a.http.ResponseHeadersToAdd = a.set[:0]
-		a.add(&a.http.ResponseHeadersToAdd, HeaderEpoch, d.snapshot.Epoch)
-		a.add(&a.http.ResponseHeadersToAdd, HeaderValidUntil, d.snapshot.ValidUntil.UTC().Format(time.RFC3339))
+		a.add(&a.http.ResponseHeadersToAdd, decide.HeaderEpoch, o.Epoch)
+		a.add(&a.http.ResponseHeadersToAdd, decide.HeaderValidUntil, o.ValidUntil.UTC().Format(time.RFC3339))
 	}
-	a.http.HeadersToRemove = d.removeClientHeaders(a.http.Headers)
+	a.http.HeadersToRemove = removeClientHeaders(o, a.http.Headers)
 	a.status.Code = int32(code.Code_OK)
 	a.ok.OkResponse = &a.http
 	a.resp.Status, a.resp.HttpResponse = &a.status, &a.ok
@@ -286,7 +262,7 @@ func (a *allowedAnswer) add(list *[]*corev3.HeaderValueOption, k, v string) {
 
 // pinHeaderKeys are the headers every allowed call of one pin carries
 // alike, shared by their answers (pinHeaders).
-var pinHeaderKeys = [...]string{HeaderServerID, HeaderTool, HeaderSchemaDigest, HeaderEffectClass, HeaderPolicyDigest}
+var pinHeaderKeys = [...]string{decide.HeaderServerID, decide.HeaderTool, decide.HeaderSchemaDigest, decide.HeaderEffectClass, decide.HeaderPolicyDigest}
 
 // pinHeaderCount is the shared pin headers' count; ownHeaders the most
 // headers an allowed answer has of its own: a call's principal, epoch,
@@ -313,10 +289,10 @@ func (h *header) set(k, v string) *corev3.HeaderValueOption {
 // removeClientHeaders lists the client's x-capsnap-* headers that capsnap
 // does not overwrite. Envoy removes after it sets, so a header capsnap sets
 // must not be listed here.
-func (d *decision) removeClientHeaders(set []*corev3.HeaderValueOption) []string {
+func removeClientHeaders(o *decide.Outcome, set []*corev3.HeaderValueOption) []string {
 	var out []string
 outer:
-	for _, h := range d.clientHeaders {
+	for _, h := range o.ClientHeaders {
 		for _, s := range set {
 			if s.GetHeader().GetKey() == h {
 				continue outer
@@ -339,166 +315,25 @@ func overwrite(kv ...string) []*corev3.HeaderValueOption {
 	return out
 }
 
-// errorBody is the JSON-RPC error object a denied request gets back, for the
-// same id, so that an MCP client surfaces capsnap's reason instead of a bare
-// HTTP status.
-type errorBody struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Error   struct {
-		Code    int       `json:"code"`
-		Message string    `json:"message"`
-		Data    errorData `json:"data"`
-	} `json:"error"`
-}
-
-type errorData struct {
-	Reason deny.Reason `json:"reason"`
-	// Drift is true for a capability_drift denial.
-	Drift bool `json:"capability_drift,omitempty"`
-	// ReturnTo is what the caller must do next (deny.ReturnTo*).
-	ReturnTo string `json:"return_to"`
-	Detail   string `json:"detail,omitempty"`
-	ServerID string `json:"server_id,omitempty"`
-	Tool     string `json:"tool,omitempty"`
-	Epoch    string `json:"epoch,omitempty"`
-	// SnapshotDigest is the schema digest the snapshot pinned; LiveDigest
-	// the one the server serves now.
-	SnapshotDigest string `json:"snapshot_digest,omitempty"`
-	LiveDigest     string `json:"live_digest,omitempty"`
-	SnapshotPolicy string `json:"snapshot_policy_digest,omitempty"`
-	// AllowedTools, on a denial that sends the caller back to planning,
-	// are the tools its snapshot lets it call.
-	AllowedTools []string `json:"allowed_tools,omitempty"`
-}
-
-// MetaKeyDenial is the _meta member of a tool result that denies a call
-// (denials.call_form: tool_result): errorData, as a JSON-RPC error's data
-// would carry it.
-const MetaKeyDenial = "io.capsnap/denial"
-
-// toolResultBody is a tools/call denial as a tool result: the model reads
-// the text; code reads _meta. resultType is required by 2026-07-28 clients
-// and ignored by earlier ones; there is no structuredContent, which a
-// client would hold to the tool's outputSchema.
-type toolResultBody struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Result  struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-		IsError    bool                 `json:"isError"`
-		ResultType string               `json:"resultType"`
-		Meta       map[string]errorData `json:"_meta"`
-	} `json:"result"`
-}
-
-func (d *decision) toolResultJSON() []byte {
-	var b toolResultBody
-	b.JSONRPC, b.ID = "2.0", d.id
-	data := d.errorData()
-	text := "capsnap denied this call: " + string(data.Reason)
-	if data.Drift {
-		text = "capsnap denied this call: capability_drift " + string(data.Reason)
-	}
-	text += " (" + data.Detail + "). " + data.Reason.NextStep()
-	if len(data.AllowedTools) > 0 {
-		text += " Tools you may call: " + strings.Join(data.AllowedTools, ", ") + "."
-	}
-	b.Result.Content = append(b.Result.Content, struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}{"text", text})
-	b.Result.IsError, b.Result.ResultType = true, "complete"
-	b.Result.Meta = map[string]errorData{MetaKeyDenial: data}
-	body, err := json.Marshal(b)
-	if err != nil {
-		return d.errorJSON() // cannot happen (strings and checked JSON), and would still deny
-	}
-	return body
-}
-
-func (d *decision) denied(form config.Denials) *authv3.CheckResponse {
-	status, body := d.denialBody(form)
-	r := string(d.fail.Reason)
-	kv := [...]string{HeaderReason, r, "content-type", "application/json", HeaderDrift, r}
+func denied(o *decide.Outcome) *authv3.CheckResponse {
+	r := string(o.Denial.Reason)
+	kv := [...]string{decide.HeaderReason, r, "content-type", "application/json", decide.HeaderDrift, r}
 	n := len(kv) - 2
-	if d.fail.Reason.Drift() {
+	if o.Denial.Reason.Drift() {
 		n = len(kv)
 	}
 	headers := overwrite(kv[:n]...)
+	// An HTTP client retries a 429 after Retry-After; in a 200 the
+	// JSON-RPC error's data.limit says when.
+	if after := o.Denial.Limit.RetryAfter(); after != "" && o.Status != 200 {
+		headers = append(headers, overwrite("retry-after", after)...)
+	}
 	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: d.fail.Error()},
+		Status: &rpcstatus.Status{Code: int32(code.Code_PERMISSION_DENIED), Message: o.Denial.Error()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(o.Status)},
 			Headers: headers,
-			Body:    string(body),
+			Body:    string(o.Body),
 		}},
 	}
-}
-
-// denialBody is the HTTP status and body a denial is answered with, in the
-// configured form. A denial whose request id is unknown (the body could
-// not be read) always takes the HTTP error: a 200 that answers id null is
-// one no SDK client can match to its request (Python's waits for ever,
-// Go's drops the session). So does a batch's: a 200 would leave its other
-// requests unanswered.
-func (d *decision) denialBody(form config.Denials) (int, []byte) {
-	switch {
-	case len(d.id) == 0 || d.batch || form.Status == config.StatusHTTPError:
-		return d.fail.Reason.Spec().Status, d.errorJSON()
-	case d.method == "tools/call" && form.CallForm == config.CallFormToolResult:
-		return 200, d.toolResultJSON()
-	default:
-		return 200, d.errorJSON()
-	}
-}
-
-// errorJSON is the JSON-RPC error a denial answers its request with.
-func (d *decision) errorJSON() []byte {
-	var b errorBody
-	b.JSONRPC = "2.0"
-	b.ID = d.id
-	if len(b.ID) == 0 {
-		b.ID = json.RawMessage("null")
-	}
-	b.Error.Code = CodeDenied
-	b.Error.Message = "capsnap denied the request: " + string(d.fail.Reason)
-	if d.fail.Reason.Drift() {
-		b.Error.Message = "capability_drift: " + string(d.fail.Reason) + "; return to " + d.fail.Reason.ReturnTo()
-	}
-	b.Error.Data = d.errorData()
-	body, err := json.Marshal(b)
-	if err != nil {
-		// Every field is a string or already-validated JSON; this cannot
-		// happen, and if it did the denial must still stand.
-		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request"}}`)
-	}
-	return body
-}
-
-// errorData is what a denial tells the caller beyond its code and message.
-func (d *decision) errorData() errorData {
-	data := errorData{
-		Reason: d.fail.Reason, Drift: d.fail.Reason.Drift(), ReturnTo: d.fail.Reason.ReturnTo(),
-		Detail: d.fail.Detail, ServerID: d.serverID, Tool: d.tool,
-		SnapshotDigest: d.digest, LiveDigest: d.liveDigest, SnapshotPolicy: d.policyDigest,
-		AllowedTools: d.allowedTools,
-	}
-	if d.snapshot != nil {
-		data.Epoch = d.snapshot.Epoch
-	}
-	return data
-}
-
-func clientHeaders(h map[string]string) []string {
-	var out []string
-	for k := range h {
-		if strings.HasPrefix(k, HeaderPrefix) {
-			out = append(out, k)
-		}
-	}
-	return out
 }

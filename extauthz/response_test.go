@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/policy"
 )
 
@@ -14,15 +13,14 @@ import (
 // a listing's also has its expiry's text and its metadata. Every allowed
 // request makes one.
 func TestAllowedAnswerAllocs(t *testing.T) {
-	snap := &cache.Snapshot{Epoch: "ep_1", ValidUntil: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
-	call := &decision{tool: "refund", serverID: "billing", principal: "agent", digest: "sha256:1", policyDigest: "sha256:2",
-		effect: policy.EffectClass(1), snapshot: snap, envelope: "e.n.v", grant: "g.r.a.n.t"}
-	listing := &decision{serverID: "billing", principal: "agent", snapshot: snap}
+	validUntil := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	call := &decide.Outcome{Tool: "refund", ServerID: "billing", Principal: "agent", SchemaDigest: "sha256:1", PolicyDigest: "sha256:2",
+		Effect: policy.EffectClass(1), Epoch: "ep_1", ValidUntil: validUntil, Envelope: "e.n.v", Grant: "g.r.a.n.t"}
+	listing := &decide.Outcome{ServerID: "billing", Principal: "agent", Epoch: "ep_1", ValidUntil: validUntil}
 	var pins pinHeaders
-	form := config.Default().Denials
 	for _, tt := range []struct {
 		name string
-		d    *decision
+		o    *decide.Outcome
 		max  float64
 		// headers are the answer's, to the upstream or the client.
 		headers int
@@ -31,11 +29,11 @@ func TestAllowedAnswerAllocs(t *testing.T) {
 		{"a listing", listing, 3, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ok := tt.d.response(&pins, form).GetOkResponse()
+			ok := response(tt.o, &pins).GetOkResponse()
 			if n := len(ok.GetHeaders()) + len(ok.GetResponseHeadersToAdd()); n != tt.headers {
 				t.Fatalf("%d headers, want %d", n, tt.headers)
 			}
-			if n := testing.AllocsPerRun(100, func() { tt.d.response(&pins, form) }); n > tt.max {
+			if n := testing.AllocsPerRun(100, func() { response(tt.o, &pins) }); n > tt.max {
 				t.Errorf("%.0f allocations an answer, want at most %.0f", n, tt.max)
 			}
 		})

@@ -2,11 +2,11 @@
 // (envoy.service.ext_proc.v3.ExternalProcessor) for every answer to a
 // request capsnap checked. The answer to a tools/list capsnap allowed,
 // whose Check left a listing ticket in the ext_authz filter's dynamic
-// metadata, goes whole to the decision (extauthz.Server.Deliver), which
+// metadata, goes whole to the decision (decide.Server.Deliver), which
 // mints the snapshot over exactly what the agent is delivered; Envoy gets
 // the response rewritten to exactly the pinned tools and the snapshot's
 // epoch, or a JSON-RPC error in its place. Every other answer goes to
-// extauthz.Server.Screen as it streams (screen.go), which withholds a
+// decide.Server.Screen as it streams (screen.go), which withholds a
 // listing on a stream not its own. It holds no decision of its own.
 //
 // Envoy sends it the response headers and the body either streamed in full
@@ -19,6 +19,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strconv"
@@ -28,10 +29,13 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/tracing"
 )
 
 // MetadataNamespace is where Envoy keeps the ext_authz filter's dynamic
@@ -41,31 +45,35 @@ import (
 const MetadataNamespace = "envoy.filters.http.ext_authz"
 
 // Decider decides a response: the decision core's response half,
-// extauthz.Server.Deliver for a tools/list's own answer and Screen for
+// decide.Server.Deliver for a tools/list's own answer and Screen for
 // every other, and the most of a response it reads whole.
 type Decider interface {
-	Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery
-	Screen(serverID string, head extauthz.ResponseHead, content []byte) []byte
+	Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery
+	Screen(serverID string, head decide.ResponseHead, content []byte) []byte
+	Settle(ticket string, head decide.ResponseHead, content []byte) bool
 	MaxResponseBytes() int
 }
 
-var _ Decider = (*extauthz.Server)(nil)
+var _ Decider = (*decide.Server)(nil)
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	decider Decider
+	// tracer, if set, makes a span of each delivery decision.
+	tracer trace.Tracer
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
-// New returns a Server that hands each response to d.
-func New(d Decider) *Server { return &Server{decider: d} }
+// New returns a Server that hands each response to d, and, with a tracer,
+// makes a span of each tools/list delivery in the trace Envoy started.
+func New(d Decider, tracer trace.Tracer) *Server { return &Server{decider: d, tracer: tracer} }
 
 // Process serves one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	var (
-		head extauthz.ResponseHead
+		head decide.ResponseHead
 		// duplex says Envoy streams the body in full duplex, and body
 		// collects its chunks until the last.
 		duplex bool
@@ -74,7 +82,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// server the route's server_id, from the Check's metadata; sc
 		// screens any other answer streamed in full duplex.
 		ticket, server string
-		sc             *screen
+		// release is the release ticket of an allowed call whose answer
+		// may give back what it reserved (decide.Server.Settle).
+		release string
+		sc      *screen
 	)
 	for {
 		req, err := stream.Recv()
@@ -93,6 +104,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if md := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace]; md != nil {
 			ticket = md.GetFields()["listing"].GetStringValue()
 			server = md.GetFields()["server_id"].GetStringValue()
+			release = md.GetFields()["release"].GetStringValue()
 		}
 		// resps answer req; last says they end the stream.
 		var (
@@ -110,7 +122,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			head = responseHead(r.ResponseHeaders.GetHeaders())
 			if ticket == "" {
 				var resp *extprocv3.ProcessingResponse
-				sc, resp = s.screenHeaders(head, server, duplex && !r.ResponseHeaders.GetEndOfStream())
+				sc, resp = s.screenHeaders(head, server, release, duplex && !r.ResponseHeaders.GetEndOfStream())
 				resps, last = append(resps, resp), resp.GetImmediateResponse() != nil
 				break
 			}
@@ -118,7 +130,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
-				resps = append(resps, s.decide(req, head, nil, false))
+				resps = append(resps, s.decide(stream.Context(), req, head, nil, false))
 			case duplex:
 				// Answered with the body, whose last chunk says which
 				// snapshot the headers name.
@@ -128,7 +140,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			chunk, end := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
 			if ticket == "" {
-				if resps, err = s.screenBody(sc, head, server, chunk, end); err != nil {
+				if resps, err = s.screenBody(sc, head, server, release, chunk, end); err != nil {
 					return err
 				}
 				break
@@ -140,7 +152,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 					// misconfiguration, and fails closed.
 					head.Streamed = true
 				}
-				resps = append(resps, s.decide(req, head, chunk, true))
+				resps = append(resps, s.decide(stream.Context(), req, head, chunk, true))
 				break
 			}
 			body = append(body, chunk...)
@@ -149,7 +161,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 				break
 			}
 			var refused bool
-			resps, refused = s.decideDuplex(req, head, body, false)
+			resps, refused = s.decideDuplex(stream.Context(), req, head, body, false)
 			if over && !refused {
 				// Never part of a response as if it were the whole:
 				// Envoy answers status_on_error instead.
@@ -169,7 +181,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			if duplex && ticket != "" {
 				// The body ended with the trailers that follow it; a
 				// refusal answers them too.
-				resps, last = s.decideDuplex(req, head, body, true)
+				resps, last = s.decideDuplex(stream.Context(), req, head, body, true)
 			}
 			if !last {
 				resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -188,9 +200,16 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 // deliver hands a whole response to the decider, under the listing ticket
 // the Check left in the ext_authz filter's metadata.
-func (s *Server) deliver(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
+func (s *Server) deliver(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte) *decide.Delivery {
 	ticket := req.GetMetadataContext().GetFilterMetadata()[MetadataNamespace].GetFields()["listing"].GetStringValue()
-	return s.decider.Deliver(ticket, head, body)
+	if s.tracer == nil {
+		return s.decider.Deliver(ticket, head, body)
+	}
+	_, span := s.tracer.Start(tracing.Incoming(ctx), "tools/list delivery", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	out := s.decider.Deliver(ticket, head, body)
+	deliverySpan(span, out)
+	return out
 }
 
 // decide hands a whole response to the decider and turns its decision into
@@ -198,8 +217,8 @@ func (s *Server) deliver(req *extprocv3.ProcessingRequest, head extauthz.Respons
 // immediate response with the JSON-RPC error in the response's place.
 // atBody says which message is answered: Envoy takes an answer of the
 // other kind as a protocol error.
-func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
-	out := s.deliver(req, head, body)
+func (s *Server) decide(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, atBody bool) *extprocv3.ProcessingResponse {
+	out := s.deliver(ctx, req, head, body)
 	if out.Fail != nil {
 		return replaced(out)
 	}
@@ -218,8 +237,8 @@ func (s *Server) decide(req *extprocv3.ProcessingRequest, head extauthz.Response
 // the headers' answer, with the snapshot's headers, then the body's, the
 // whole body (ending the stream unless trailers follow); or, refused, the
 // JSON-RPC error in the response's place, which answers the whole stream.
-func (s *Server) decideDuplex(req *extprocv3.ProcessingRequest, head extauthz.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
-	out := s.deliver(req, head, body)
+func (s *Server) decideDuplex(ctx context.Context, req *extprocv3.ProcessingRequest, head decide.ResponseHead, body []byte, trailers bool) (_ []*extprocv3.ProcessingResponse, refused bool) {
+	out := s.deliver(ctx, req, head, body)
 	if out.Fail != nil {
 		return []*extprocv3.ProcessingResponse{replaced(out)}, true
 	}
@@ -262,7 +281,7 @@ const maxChunk = 64 << 10
 
 // replaced is the answer that puts a refusal's JSON-RPC error, status and
 // headers in the response's place.
-func replaced(out *extauthz.Delivery) *extprocv3.ProcessingResponse {
+func replaced(out *decide.Delivery) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(out.Status)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: headers(out.Headers)},
@@ -274,7 +293,7 @@ func replaced(out *extauthz.Delivery) *extprocv3.ProcessingResponse {
 // headerMutation sets a delivery's headers and strips the server's own
 // x-capsnap-* headers, which never reach the agent: only capsnap says
 // which snapshot a list was pinned under.
-func headerMutation(head extauthz.ResponseHead, out *extauthz.Delivery) *extprocv3.CommonResponse {
+func headerMutation(head decide.ResponseHead, out *decide.Delivery) *extprocv3.CommonResponse {
 	return &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
 		SetHeaders:    headers(out.Headers),
 		RemoveHeaders: head.CapsnapHeaders,
@@ -284,8 +303,8 @@ func headerMutation(head extauthz.ResponseHead, out *extauthz.Delivery) *extproc
 // responseHead reads what the decision needs of the response's headers.
 // Envoy sends each value as raw bytes (raw_value) or, in older versions, as
 // a string (value).
-func responseHead(hm *corev3.HeaderMap) extauthz.ResponseHead {
-	var h extauthz.ResponseHead
+func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
+	var h decide.ResponseHead
 	for _, kv := range hm.GetHeaders() {
 		v := string(kv.GetRawValue())
 		if v == "" {
@@ -299,7 +318,7 @@ func responseHead(hm *corev3.HeaderMap) extauthz.ResponseHead {
 			h.ContentType = v
 		case k == "content-encoding":
 			h.ContentEncoding = v
-		case strings.HasPrefix(k, extauthz.HeaderPrefix):
+		case strings.HasPrefix(k, decide.HeaderPrefix):
 			h.CapsnapHeaders = append(h.CapsnapHeaders, k)
 		}
 	}
@@ -315,4 +334,26 @@ func headers(kv [][2]string) []*corev3.HeaderValueOption {
 		}
 	}
 	return out
+}
+
+// deliverySpan sets span's attributes for the delivery out: the
+// decision, its reason, how many tools were withheld and the epoch of the
+// snapshot minted.
+func deliverySpan(span trace.Span, out *decide.Delivery) {
+	decision, reason := "allow", "ok"
+	if out.Fail != nil {
+		decision, reason = "deny", string(out.Fail.Reason)
+		span.SetAttributes(attribute.String("error.type", reason))
+	}
+	span.SetAttributes(
+		attribute.String("mcp.method.name", "tools/list"),
+		attribute.String("capsnap.decision", decision),
+		attribute.String("capsnap.reason", reason),
+		attribute.Int("capsnap.tools_withheld", len(out.Withheld)),
+	)
+	for _, h := range out.Headers {
+		if h[0] == decide.HeaderEpoch {
+			span.SetAttributes(attribute.String("capsnap.epoch", h[1]))
+		}
+	}
 }

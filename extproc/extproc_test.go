@@ -12,17 +12,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/deny"
-	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/testbed"
 )
 
 // recorder is a Decider that answers with a fixed delivery and remembers
 // what it was asked.
 type recorder struct {
-	answer *extauthz.Delivery
+	answer *decide.Delivery
 	ticket string
-	head   extauthz.ResponseHead
+	head   decide.ResponseHead
 	body   []byte
 	calls  int
 	// max is MaxResponseBytes; zero means 1 MiB.
@@ -31,18 +31,26 @@ type recorder struct {
 	// the server it was given.
 	screened []string
 	server   string
+	// settled is what Settle was given, one entry a call, with its
+	// ticket; Settle finds the response in content that says ANSWER.
+	settled []string
+}
+
+func (r *recorder) Settle(ticket string, _ decide.ResponseHead, content []byte) bool {
+	r.settled = append(r.settled, ticket+" "+string(content))
+	return strings.Contains(string(content), "ANSWER")
 }
 
 // Screen stands for the decision on an answer that is not a tools/list's
-// own: it withholds whatever says LISTING, as extauthz.Server.Screen
+// own: it withholds whatever says LISTING, as decide.Server.Screen
 // withholds a listing.
-func (r *recorder) Screen(server string, _ extauthz.ResponseHead, content []byte) []byte {
+func (r *recorder) Screen(server string, _ decide.ResponseHead, content []byte) []byte {
 	r.screened = append(r.screened, string(content))
 	r.server = server
 	return []byte(strings.ReplaceAll(string(content), "LISTING", "WITHHELD"))
 }
 
-func (r *recorder) Deliver(ticket string, head extauthz.ResponseHead, body []byte) *extauthz.Delivery {
+func (r *recorder) Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery {
 	r.ticket, r.head, r.body = ticket, head, body
 	r.calls++
 	return r.answer
@@ -58,7 +66,7 @@ func (r *recorder) MaxResponseBytes() int {
 // stream opens one ext_proc stream to a Server over d, through gRPC.
 func stream(t *testing.T, d Decider) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
-	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d)) })
+	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d, nil)) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
@@ -116,9 +124,9 @@ func setHeaders(m *extprocv3.HeaderMutation) map[string]string {
 // list, its exact length and the epoch, and strips the server's own
 // x-capsnap-* headers.
 func TestRewritesTheDeliveredList(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{
+	rec := &recorder{answer: &decide.Delivery{
 		Body:    []byte(`{"rewritten":true}`),
-		Headers: [][2]string{{extauthz.HeaderEpoch, "ep_1"}, {extauthz.HeaderValidUntil, "2027-01-01T00:00:00Z"}},
+		Headers: [][2]string{{decide.HeaderEpoch, "ep_1"}, {decide.HeaderValidUntil, "2027-01-01T00:00:00Z"}},
 	}}
 	s := stream(t, rec)
 	resp := roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "text/event-stream", "content-length", "99", "x-capsnap-epoch", "ep_forged"))
@@ -134,13 +142,13 @@ func TestRewritesTheDeliveredList(t *testing.T) {
 		t.Fatalf("body %q", got)
 	}
 	h := setHeaders(common.GetHeaderMutation())
-	if h["content-length"] != "18" || h[extauthz.HeaderEpoch] != "ep_1" || h[extauthz.HeaderValidUntil] == "" {
+	if h["content-length"] != "18" || h[decide.HeaderEpoch] != "ep_1" || h[decide.HeaderValidUntil] == "" {
 		t.Fatalf("headers set %v", h)
 	}
 	if got := common.GetHeaderMutation().GetRemoveHeaders(); len(got) != 1 || got[0] != "x-capsnap-epoch" {
 		t.Fatalf("headers removed %v, want the server's x-capsnap-epoch", got)
 	}
-	want := extauthz.ResponseHead{Status: 200, ContentType: "text/event-stream", CapsnapHeaders: []string{"x-capsnap-epoch"}}
+	want := decide.ResponseHead{Status: 200, ContentType: "text/event-stream", CapsnapHeaders: []string{"x-capsnap-epoch"}}
 	if rec.ticket != "ticket-1" || rec.head.Status != want.Status || rec.head.ContentType != want.ContentType || string(rec.body) != `{"original":true}` {
 		t.Fatalf("decider saw ticket %q head %+v body %q", rec.ticket, rec.head, rec.body)
 	}
@@ -149,10 +157,10 @@ func TestRewritesTheDeliveredList(t *testing.T) {
 // A refused response is replaced whole: Envoy sends the JSON-RPC error
 // with the decision's status and headers instead.
 func TestRefusedResponseIsReplaced(t *testing.T) {
-	rec := &extauthz.Delivery{
+	rec := &decide.Delivery{
 		Fail: &deny.Error{Reason: deny.MalformedResponse, Detail: "x"}, Status: 502,
 		Body:    []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-31000}}`),
-		Headers: [][2]string{{"content-type", "application/json"}, {extauthz.HeaderReason, "malformed_response"}},
+		Headers: [][2]string{{"content-type", "application/json"}, {decide.HeaderReason, "malformed_response"}},
 	}
 	s := stream(t, &recorder{answer: rec})
 	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
@@ -161,7 +169,7 @@ func TestRefusedResponseIsReplaced(t *testing.T) {
 	if ir == nil || ir.GetStatus().GetCode() != 502 || string(ir.GetBody()) != string(rec.Body) {
 		t.Fatalf("answer %v", resp)
 	}
-	if h := setHeaders(ir.GetHeaders()); h[extauthz.HeaderReason] != "malformed_response" {
+	if h := setHeaders(ir.GetHeaders()); h[decide.HeaderReason] != "malformed_response" {
 		t.Fatalf("headers %v", h)
 	}
 }
@@ -169,7 +177,7 @@ func TestRefusedResponseIsReplaced(t *testing.T) {
 // A body that comes in parts is a misconfigured processing mode, and the
 // decider is told so, to refuse it.
 func TestStreamedBodyIsMarked(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	rec := &recorder{answer: &decide.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
 	s := stream(t, rec)
 	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
 	if resp := roundTrip(t, s, responseBody(`{"jsonrpc"`, false)); resp.GetImmediateResponse() == nil {
@@ -183,7 +191,7 @@ func TestStreamedBodyIsMarked(t *testing.T) {
 // A response without a body is decided on its headers: nothing delivered
 // means nothing pinned, and the answer is the headers'.
 func TestBodylessResponse(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{}}
+	rec := &recorder{answer: &decide.Delivery{}}
 	s := stream(t, rec)
 	resp := roundTrip(t, s, responseHeaders(true, ":status", "404"))
 	if resp.GetResponseHeaders() == nil || rec.calls != 1 || rec.head.Status != 404 || rec.body != nil {
@@ -194,7 +202,7 @@ func TestBodylessResponse(t *testing.T) {
 // An empty body is still a body message, and is answered as one: Envoy
 // takes an answer of the other kind as a protocol error.
 func TestEmptyBodyIsAnsweredAsABody(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{}}
+	rec := &recorder{answer: &decide.Delivery{}}
 	s := stream(t, rec)
 	roundTrip(t, s, responseHeaders(false, ":status", "200", "content-type", "application/json"))
 	if resp := roundTrip(t, s, responseBody("", true)); resp.GetResponseBody() == nil {
@@ -248,16 +256,16 @@ func recv(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient) *extprocv3.
 // content-length, which Envoy drops), and the body's answer is the
 // rewritten list whole, ending the stream.
 func TestDuplexAnswersOnceTheBodyEnds(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{
+	rec := &recorder{answer: &decide.Delivery{
 		Body:    []byte(`{"rewritten":true}`),
-		Headers: [][2]string{{extauthz.HeaderEpoch, "ep_1"}},
+		Headers: [][2]string{{decide.HeaderEpoch, "ep_1"}},
 	}}
 	s := stream(t, rec)
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json", "x-capsnap-epoch", "ep_forged"),
 		responseBody(`{"original"`, false), responseBody(`:true}`, true))
 	resp := recv(t, s)
 	hm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation()
-	if h := setHeaders(hm); resp.GetResponseHeaders() == nil || h[extauthz.HeaderEpoch] != "ep_1" || h["content-length"] != "" {
+	if h := setHeaders(hm); resp.GetResponseHeaders() == nil || h[decide.HeaderEpoch] != "ep_1" || h["content-length"] != "" {
 		t.Fatalf("first answer %v, want the headers' with the epoch", resp)
 	}
 	if got := hm.GetRemoveHeaders(); len(got) != 1 || got[0] != "x-capsnap-epoch" {
@@ -276,7 +284,7 @@ func TestDuplexAnswersOnceTheBodyEnds(t *testing.T) {
 // A body the decision leaves as it is (an error status's JSON-RPC error)
 // goes back whole: in full duplex, a body not answered is lost.
 func TestDuplexReturnsAnUnchangedBody(t *testing.T) {
-	s := stream(t, &recorder{answer: &extauthz.Delivery{}})
+	s := stream(t, &recorder{answer: &decide.Delivery{}})
 	sendAll(t, s, duplexHeaders(":status", "404", "content-type", "application/json"),
 		responseBody(`{"jsonrpc":"2.0",`, false), responseBody(`"id":1,"error":{}}`, true))
 	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
@@ -291,7 +299,7 @@ func TestDuplexReturnsAnUnchangedBody(t *testing.T) {
 // A refusal replaces the response: one immediate answer, no headers' or
 // body's.
 func TestDuplexRefusalIsReplaced(t *testing.T) {
-	fail := &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502, Body: []byte(`{"error":{}}`)}
+	fail := &decide.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502, Body: []byte(`{"error":{}}`)}
 	s := stream(t, &recorder{answer: fail})
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("not json", true))
 	if ir := recv(t, s).GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 502 || string(ir.GetBody()) != `{"error":{}}` {
@@ -303,7 +311,7 @@ func TestDuplexRefusalIsReplaced(t *testing.T) {
 // came, over the bound, to refuse, before the body ends, and the stream
 // ends with the refusal.
 func TestDuplexBodyOverTheBound(t *testing.T) {
-	rec := &recorder{max: 10, answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	rec := &recorder{max: 10, answer: &decide.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
 	s := stream(t, rec)
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"),
 		responseBody("123456", false), responseBody("789012", false))
@@ -321,7 +329,7 @@ func TestDuplexBodyOverTheBound(t *testing.T) {
 // Trailers end the body: the answers come then, the body's not ending the
 // stream, and the trailers are answered after.
 func TestDuplexBodyEndedByTrailers(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{Body: []byte("new")}}
+	rec := &recorder{answer: &decide.Delivery{Body: []byte("new")}}
 	s := stream(t, rec)
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("old", false),
 		&extprocv3.ProcessingRequest{MetadataContext: metadata("ticket-1"), Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
@@ -344,7 +352,7 @@ func TestDuplexBodyEndedByTrailers(t *testing.T) {
 // ending the stream, and together they are the body.
 func TestDuplexLargeBodyInChunks(t *testing.T) {
 	big := strings.Repeat("x", 2*maxChunk+5)
-	s := stream(t, &recorder{answer: &extauthz.Delivery{Body: []byte(big)}})
+	s := stream(t, &recorder{answer: &decide.Delivery{Body: []byte(big)}})
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("{}", true))
 	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
 		t.Fatalf("first answer %v", resp)
@@ -365,7 +373,7 @@ func TestDuplexLargeBodyInChunks(t *testing.T) {
 // A refusal of a body that trailers ended answers the whole stream: no
 // answer to the trailers follows it.
 func TestDuplexRefusalWithTrailers(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
+	rec := &recorder{answer: &decide.Delivery{Fail: &deny.Error{Reason: deny.MalformedResponse}, Status: 502}}
 	s := stream(t, rec)
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("not json", false),
 		&extprocv3.ProcessingRequest{MetadataContext: metadata("ticket-1"), Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
@@ -381,7 +389,7 @@ func TestDuplexRefusalWithTrailers(t *testing.T) {
 // the stream fails, and Envoy answers status_on_error (failure_mode_allow
 // is false), never part of the response as if it were whole.
 func TestDuplexOverTheBoundFailsClosed(t *testing.T) {
-	s := stream(t, &recorder{max: 4, answer: &extauthz.Delivery{}})
+	s := stream(t, &recorder{max: 4, answer: &decide.Delivery{}})
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("12345", false))
 	if resp, err := s.Recv(); err == nil || err == io.EOF {
 		t.Fatalf("answered %v, %v; want the stream to fail", resp, err)
@@ -390,7 +398,7 @@ func TestDuplexOverTheBoundFailsClosed(t *testing.T) {
 
 // A body exactly at the bound is read whole and decided at its end.
 func TestDuplexBodyAtTheBound(t *testing.T) {
-	rec := &recorder{max: 6, answer: &extauthz.Delivery{}}
+	rec := &recorder{max: 6, answer: &decide.Delivery{}}
 	s := stream(t, rec)
 	sendAll(t, s, duplexHeaders(":status", "200", "content-type", "application/json"), responseBody("123", false), responseBody("456", true))
 	if resp := recv(t, s); resp.GetResponseHeaders() == nil {
@@ -407,7 +415,7 @@ func TestDuplexBodyAtTheBound(t *testing.T) {
 // In full duplex a response without a body is decided on its headers, as
 // in the buffered mode.
 func TestDuplexBodylessResponse(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{}}
+	rec := &recorder{answer: &decide.Delivery{}}
 	s := stream(t, rec)
 	req := duplexHeaders(":status", "404")
 	req.GetResponseHeaders().EndOfStream = true
@@ -419,7 +427,7 @@ func TestDuplexBodylessResponse(t *testing.T) {
 // Envoy saying it buffers is the buffered mode: the headers are answered
 // at once, and the whole body in one message.
 func TestBufferedProtocolConfig(t *testing.T) {
-	rec := &recorder{answer: &extauthz.Delivery{Body: []byte("new")}}
+	rec := &recorder{answer: &decide.Delivery{Body: []byte("new")}}
 	s := stream(t, rec)
 	req := responseHeaders(false, ":status", "200", "content-type", "application/json")
 	req.ProtocolConfig = &extprocv3.ProtocolConfiguration{ResponseBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}

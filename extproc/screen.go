@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/mcpparse"
 )
 
@@ -18,11 +18,14 @@ import (
 // it is known to carry no listing: an event stream event by event as each
 // one ends (progress and the GET stream's notifications stay timely), a
 // JSON body whole. What could carry a listing is never sent on before it
-// is screened whole (extauthz.Server.Screen).
+// is screened whole (decide.Server.Screen).
 type screen struct {
 	d      Decider
 	server string
-	head   extauthz.ResponseHead
+	head   decide.ResponseHead
+	// release is the call's release ticket until its response is found
+	// (decide.Server.Settle), "" once it is or when there is none.
+	release string
 	// messages says a client reads the body as JSON-RPC, sse as an event
 	// stream; any other body passes as it comes.
 	messages, sse bool
@@ -41,7 +44,7 @@ type screen struct {
 // their x-capsnap-reason), but a body a client would read as JSON-RPC and
 // capsnap cannot (compressed) is refused whole. It returns the screen for
 // the body to come, when Envoy streams it in full duplex.
-func (s *Server) screenHeaders(head extauthz.ResponseHead, server string, body bool) (*screen, *extprocv3.ProcessingResponse) {
+func (s *Server) screenHeaders(head decide.ResponseHead, server, release string, body bool) (*screen, *extprocv3.ProcessingResponse) {
 	sse, messages := mcpparse.MessageMediaType(head.ContentType)
 	if body && messages && mcpparse.Encoded(head.ContentEncoding) {
 		return nil, refusal(s.decider.Screen(server, head, nil), "capsnap_listing_unbound")
@@ -50,7 +53,7 @@ func (s *Server) screenHeaders(head extauthz.ResponseHead, server string, body b
 	if !body {
 		return nil, resp
 	}
-	return &screen{d: s.decider, server: server, head: head, messages: messages, sse: sse}, resp
+	return &screen{d: s.decider, server: server, head: head, release: release, messages: messages, sse: sse}, resp
 }
 
 // refusal puts body, a JSON-RPC error, in a response's place.
@@ -66,7 +69,7 @@ func refusal(body []byte, details string) *extprocv3.ProcessingResponse {
 // screenBody answers a body chunk of an answer that is not a tools/list's
 // own: in full duplex, what of it is screened so far; buffered, the whole
 // body screened at once.
-func (s *Server) screenBody(sc *screen, head extauthz.ResponseHead, server string, chunk []byte, end bool) ([]*extprocv3.ProcessingResponse, error) {
+func (s *Server) screenBody(sc *screen, head decide.ResponseHead, server, release string, chunk []byte, end bool) ([]*extprocv3.ProcessingResponse, error) {
 	if sc != nil {
 		out, err := sc.feed(chunk, end)
 		return streamedBody(out, end), err
@@ -75,6 +78,9 @@ func (s *Server) screenBody(sc *screen, head extauthz.ResponseHead, server strin
 		// In parts that each want an answer (STREAMED): none can be held
 		// back until it is screened whole.
 		return nil, status.Error(codes.FailedPrecondition, "extproc: a response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
+	}
+	if release != "" {
+		s.decider.Settle(release, head, chunk)
 	}
 	common := &extprocv3.CommonResponse{}
 	if out := s.decider.Screen(server, head, chunk); !bytes.Equal(out, chunk) {
@@ -111,9 +117,11 @@ func (sc *screen) feed(chunk []byte, end bool) ([]byte, error) {
 	var out []byte
 	switch {
 	case end:
+		sc.settle(sc.held)
 		out, sc.held = sc.d.Screen(sc.server, sc.head, sc.held), nil
 	case sc.sse:
 		if n := mcpparse.CompleteEvents(sc.held); n > 0 {
+			sc.settle(sc.held[:n])
 			out = sc.d.Screen(sc.server, sc.head, sc.held[:n])
 			sc.held = append([]byte(nil), sc.held[n:]...)
 		}
@@ -128,4 +136,12 @@ func (sc *screen) feed(chunk []byte, end bool) ([]byte, error) {
 		sc.held = nil
 	}
 	return out, nil
+}
+
+// settle hands content, as the server sent it, to Settle until the call's
+// response is found in it.
+func (sc *screen) settle(content []byte) {
+	if sc.release != "" && sc.d.Settle(sc.release, sc.head, content) {
+		sc.release = ""
+	}
 }

@@ -86,6 +86,58 @@ func TestScreenedEventStream(t *testing.T) {
 	}
 }
 
+// With a release ticket in the metadata, an answer's content goes to Settle
+// as the server sent it, event by event until the call's response is
+// found, and no further; without one, Settle is never asked.
+func TestSettle(t *testing.T) {
+	withRelease := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingRequest {
+		req.MetadataContext.FilterMetadata[MetadataNamespace].Fields["release"] = structpb.NewStringValue("R1")
+		return req
+	}
+	for _, tt := range []struct {
+		name    string
+		ticket  bool
+		duplex  bool
+		ctype   string
+		chunks  []string
+		settled []string
+	}{
+		{"events until the answer", true, true, "text/event-stream",
+			[]string{"data: {\"progress\":1}\n\n", "data: {\"ANSWER\":1}\n\ndata: {\"after\":1}\n\n", "data: {\"more\":1}\n\n"},
+			[]string{"R1 data: {\"progress\":1}\n\n", "R1 data: {\"ANSWER\":1}\n\ndata: {\"after\":1}\n\n"}},
+		{"a JSON body, whole", true, true, "application/json", []string{`{"id":1,`, `"ANSWER":1}`}, []string{`R1 {"id":1,"ANSWER":1}`}},
+		{"buffered", true, false, "application/json", []string{`{"ANSWER":1}`}, []string{`R1 {"ANSWER":1}`}},
+		{"no ticket", false, true, "application/json", []string{`{"ANSWER":1}`}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recorder{}
+			s := stream(t, rec)
+			headers := screenedHeaders(tt.duplex, false, ":status", "200", "content-type", tt.ctype)
+			if tt.ticket {
+				headers = withRelease(headers)
+			}
+			if !tt.duplex {
+				// Envoy sends the metadata with every message.
+				roundTrip(t, s, headers)
+				roundTrip(t, s, withRelease(screenedBody(tt.chunks[0], true)))
+			} else {
+				sendAll(t, s, headers)
+				recv(t, s)
+				for i, c := range tt.chunks {
+					last := i == len(tt.chunks)-1
+					sendAll(t, s, screenedBody(c, last))
+					if tt.ctype == "text/event-stream" || last {
+						recv(t, s)
+					}
+				}
+			}
+			if strings.Join(rec.settled, "|") != strings.Join(tt.settled, "|") {
+				t.Errorf("settled %q, want %q", rec.settled, tt.settled)
+			}
+		})
+	}
+}
+
 // A JSON body is screened whole, once it ends.
 func TestScreenedJSONBody(t *testing.T) {
 	rec := &recorder{}

@@ -115,7 +115,7 @@ func differential(body []byte, r *Request) string {
 }
 
 // TestDifferentialHostileCorpus: for every body of the hostile corpus
-// (../extauthz/testdata/hostile) and every request golden
+// (../decide/testdata/hostile) and every request golden
 // (testdata/requests), whatever Parse accepts, the Go SDK server reads as
 // the same method, tool and arguments.
 func TestDifferentialHostileCorpus(t *testing.T) {
@@ -125,7 +125,7 @@ func TestDifferentialHostileCorpus(t *testing.T) {
 		bytes   []byte
 	}
 	var bodies []body
-	files, err := filepath.Glob("../extauthz/testdata/hostile/*.json")
+	files, err := filepath.Glob("../decide/testdata/hostile/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no hostile corpus: %v", err)
 	}

@@ -76,7 +76,11 @@ func (p *Policy) compileTools(rules []ToolRule) error {
 		if err != nil {
 			return err
 		}
-		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, constraints: constraints}
+		budgets, rateLimits, err := compileLimits(field, t.Budgets, t.RateLimits, false, "tool", t.Server, t.Tool)
+		if err != nil {
+			return err
+		}
+		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, constraints: constraints, budgets: budgets, rateLimits: rateLimits}
 	}
 	// After refers to other tools, so it is checked once all are known.
 	for i, t := range rules {
@@ -187,6 +191,9 @@ func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRul
 			named[k] = cg
 		}
 	}
+	if err := checkSharedCounters(r.grants); err != nil {
+		return nil, err
+	}
 	for k, t := range p.tools {
 		g, via := named[k], k.tool
 		if g == nil {
@@ -250,7 +257,80 @@ func (p *Policy) compileGrant(field string, g Grant) (*grant, error) {
 	if cg.constraints, err = compileConstraints(field+".constraints", g.Constraints); err != nil {
 		return nil, err
 	}
+	if cg.budgets, cg.rateLimits, err = compileLimits(field, g.Budgets, g.RateLimits, true, "grant"); err != nil {
+		return nil, err
+	}
 	return cg, nil
+}
+
+// compileLimits compiles the budgets and rate limits of a tool rule or (if
+// onGrant) a grant at field, whose counters are scoped by scope. Their
+// names are unique among them: a denial names one.
+func compileLimits(field string, bs []Budget, rs []RateLimit, onGrant bool, scope ...string) ([]*Budget, []*RateLimit, error) {
+	seen := map[string]string{}
+	name := func(f, n string) error {
+		if prev, dup := seen[n]; dup {
+			return fmt.Errorf("%s.name: %q is already the name of %s", f, n, prev)
+		}
+		seen[n] = f
+		return nil
+	}
+	var budgets []*Budget
+	for i, b := range bs {
+		f := fmt.Sprintf("%s.budgets[%d]", field, i)
+		cb, err := compileBudget(f, b, scope...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := name(f, b.Name); err != nil {
+			return nil, nil, err
+		}
+		budgets = append(budgets, cb)
+	}
+	var rateLimits []*RateLimit
+	for i, r := range rs {
+		f := fmt.Sprintf("%s.rate_limits[%d]", field, i)
+		cr, err := compileRateLimit(f, r, onGrant, scope...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := name(f, r.Name); err != nil {
+			return nil, nil, err
+		}
+		rateLimits = append(rateLimits, cr)
+	}
+	return budgets, rateLimits, nil
+}
+
+// checkSharedCounters refuses two grants of one principal rule whose
+// budgets or rate limits of one name (one counter per principal) count
+// differently: which limit would hold?
+func checkSharedCounters(grants []*grant) error {
+	seen := map[string]*counter{}
+	check := func(c *counter, per string) error {
+		prev, ok := seen[c.name]
+		if !ok {
+			seen[c.name] = c
+			return nil
+		}
+		if prev.kind != c.kind || prev.limit != c.limit || prev.span != c.span || prev.perTool != c.perTool {
+			return fmt.Errorf("%s: %q is also the name of %s, which counts otherwise; grants of one rule share a counter by name, so give both the same kind, limit, window%s, or different names", c.field, c.name, prev.field, per)
+		}
+		return nil
+	}
+	for _, g := range grants {
+		for _, b := range g.budgets {
+			if err := check(&b.c, ""); err != nil {
+				return err
+			}
+		}
+		for _, r := range g.rateLimits {
+			if err := check(&r.c, " and per"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // decideTool works out what rule says about t given the grant that decides
@@ -281,9 +361,20 @@ func decideTool(rule string, t *tool, g *grant, via string) (*outcome, error) {
 		After:        t.after,
 		Precedes:     t.precedes,
 		Capabilities: t.capabilities,
+		RateLimits:   slices.Concat(t.rateLimits, g.rateLimits),
+		Budgets:      slices.Concat(t.budgets, g.budgets),
 	}
 	for _, c := range o.decision.Constraints {
 		o.decision.Terms = append(o.decision.Terms, c)
+	}
+	// A rate limit before a budget: a call it denies then never holds
+	// budget another call could have had, even for the moment before
+	// it is given back.
+	for _, r := range o.decision.RateLimits {
+		o.decision.Terms = append(o.decision.Terms, r)
+	}
+	for _, b := range o.decision.Budgets {
+		o.decision.Terms = append(o.decision.Terms, b)
 	}
 	if s := sequenceOf(t); s != nil {
 		o.decision.Terms = append(o.decision.Terms, s)
@@ -325,6 +416,22 @@ type (
 		Expr    string `json:"expr"`
 		Message string `json:"message"`
 	}
+	// A budget's and a rate limit's window is digested as counted, so
+	// that 24h and 1440m are one window.
+	digestedBudget struct {
+		Name   string  `json:"name"`
+		Amount string  `json:"amount"`
+		Limit  float64 `json:"limit"`
+		Window string  `json:"window"`
+	}
+	digestedRateLimit struct {
+		Name   string  `json:"name"`
+		Limit  float64 `json:"limit"`
+		Window string  `json:"window"`
+		Per    string  `json:"per"`
+	}
+	// Budgets and rate limits are omitted when there are none, so that a
+	// policy without them keeps the digests it had before they existed.
 	digestedTool struct {
 		Server       string               `json:"server"`
 		Tool         string               `json:"tool"`
@@ -332,6 +439,8 @@ type (
 		Capabilities []string             `json:"capabilities"`
 		After        []string             `json:"after"`
 		Constraints  []digestedConstraint `json:"constraints"`
+		Budgets      []digestedBudget     `json:"budgets,omitempty"`
+		RateLimits   []digestedRateLimit  `json:"rate_limits,omitempty"`
 	}
 	digestedGrant struct {
 		Rule         string               `json:"rule"`
@@ -340,8 +449,26 @@ type (
 		MaxEffect    string               `json:"max_effect"`
 		Capabilities []string             `json:"capabilities"`
 		Constraints  []digestedConstraint `json:"constraints"`
+		Budgets      []digestedBudget     `json:"budgets,omitempty"`
+		RateLimits   []digestedRateLimit  `json:"rate_limits,omitempty"`
 	}
 )
+
+func digestedBudgets(bs []*Budget) []digestedBudget {
+	var out []digestedBudget
+	for _, b := range bs {
+		out = append(out, digestedBudget{Name: b.Name, Amount: b.Amount, Limit: b.Limit, Window: b.c.span.String()})
+	}
+	return out
+}
+
+func digestedRateLimits(rs []*RateLimit) []digestedRateLimit {
+	var out []digestedRateLimit
+	for _, r := range rs {
+		out = append(out, digestedRateLimit{Name: r.Name, Limit: r.Limit, Window: r.c.span.String(), Per: r.Per})
+	}
+	return out
+}
 
 func digestedConstraints(cs []*Constraint) []digestedConstraint {
 	out := make([]digestedConstraint, 0, len(cs))
@@ -365,10 +492,12 @@ func decisionDigest(rule string, t *tool, g *grant, via string) (string, error) 
 		Tool: digestedTool{
 			Server: t.key.server, Tool: t.key.tool, Effect: t.effect.String(),
 			Capabilities: t.capabilities, After: t.after, Constraints: digestedConstraints(t.constraints),
+			Budgets: digestedBudgets(t.budgets), RateLimits: digestedRateLimits(t.rateLimits),
 		},
 		Grant: digestedGrant{
 			Rule: rule, Server: g.server, Tool: via, MaxEffect: maxEffect,
 			Capabilities: g.capabilities, Constraints: digestedConstraints(g.constraints),
+			Budgets: digestedBudgets(g.budgets), RateLimits: digestedRateLimits(g.rateLimits),
 		},
 	})
 	if err != nil {

@@ -34,14 +34,22 @@ type Constraint struct {
 	// Message, when set, is shown to a caller the constraint denies.
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`
 
+	expr  *expression
+	field string
+}
+
+// expression is a compiled CEL expression over a call: a constraint's, or
+// a budget's amount.
+type expression struct {
 	prog cel.Program
 	// costTracked is whether evaluation counts cost against
 	// MaxConstraintCost: only if it could exceed it.
 	costTracked bool
-	field       string
-	// argFields are the args.X fields the expression reads outright
-	// (not under has()), for Lint.
-	argFields []string
+	// read are the args fields the expression reads outright, and tested
+	// those it only tests with has(), each sorted: a call without one it
+	// reads makes it fail, and one it tests that the tool's input schema
+	// does not declare is a typo (Lint, LintArguments).
+	read, tested []string
 }
 
 // Input is what a constraint is evaluated over.
@@ -120,23 +128,38 @@ func compileConstraints(field string, cs []Constraint) ([]*Constraint, error) {
 }
 
 func compileConstraint(c Constraint) (*Constraint, error) {
+	e, err := compileExpression(c.Expr, func(t *cel.Type) error {
+		// A constraint of type dyn could be true, false or something
+		// else only at run time; require the operator to say what holds.
+		if !t.IsExactType(cel.BoolType) {
+			return fmt.Errorf("%q is of type %s, want bool (compare explicitly, e.g. args.flag == true)", c.Expr, t)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Constraint{Name: c.Name, Expr: c.Expr, Message: c.Message, expr: e}, nil
+}
+
+// compileExpression compiles src over a call's variables, and holds its
+// type to what check accepts.
+func compileExpression(src string, check func(*cel.Type) error) (*expression, error) {
 	env, err := celEnv()
 	if err != nil {
 		return nil, fmt.Errorf("cel environment: %w", err)
 	}
-	checked, iss := env.Compile(c.Expr)
+	checked, iss := env.Compile(src)
 	if iss.Err() != nil {
 		return nil, iss.Err()
 	}
-	// A constraint of type dyn could be true, false or something else
-	// only at run time; require the operator to say what holds.
-	if t := checked.OutputType(); !t.IsExactType(cel.BoolType) {
-		return nil, fmt.Errorf("%q is of type %s, want bool (compare explicitly, e.g. args.flag == true)", c.Expr, t)
+	if err := check(checked.OutputType()); err != nil {
+		return nil, err
 	}
 	// Folds constants, e.g. turns "x in [...]" into a set lookup.
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	// Tracking cost at run time is a third of an ordinary constraint's
-	// evaluation. A constraint whose worst case, over arguments of any
+	// evaluation. An expression whose worst case, over arguments of any
 	// size (the estimate assumes unbounded ones), is within the limit
 	// cannot exceed it, so only the others are tracked.
 	est, err := env.EstimateCost(checked, unsized{})
@@ -148,7 +171,8 @@ func compileConstraint(c Constraint) (*Constraint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Constraint{Name: c.Name, Expr: c.Expr, Message: c.Message, prog: prog, costTracked: tracked, argFields: argFields(checked)}, nil
+	read, tested := argFields(checked)
+	return &expression{prog: prog, costTracked: tracked, read: read, tested: tested}, nil
 }
 
 // unsized knows nothing of sizes or calls, so the estimate takes each
@@ -161,27 +185,43 @@ func (unsized) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *
 func (unsized) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 
 // argFields lists the fields of args an expression reads without ever
-// testing them with has(): those that make it fail on a call without them.
-func argFields(checked *cel.Ast) []string {
-	var read []string
-	tested := map[string]bool{}
+// testing them with has() (those that make it fail on a call without
+// them), and those it only tests, as args.x or args["x"].
+func argFields(checked *cel.Ast) (read, tested []string) {
+	isTested := map[string]bool{}
 	celast.PreOrderVisit(checked.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
-		if e.Kind() != celast.SelectKind {
-			return
+		switch e.Kind() {
+		case celast.SelectKind:
+			s := e.AsSelect()
+			if !isArgs(s.Operand()) {
+				return
+			}
+			if s.IsTestOnly() {
+				isTested[s.FieldName()] = true
+				return
+			}
+			read = append(read, s.FieldName())
+		case celast.CallKind:
+			c := e.AsCall()
+			if c.FunctionName() != "_[_]" || len(c.Args()) != 2 || !isArgs(c.Args()[0]) || c.Args()[1].Kind() != celast.LiteralKind {
+				return
+			}
+			if key, ok := c.Args()[1].AsLiteral().Value().(string); ok {
+				read = append(read, key)
+			}
 		}
-		s := e.AsSelect()
-		if s.Operand().Kind() != celast.IdentKind || s.Operand().AsIdent() != "args" {
-			return
-		}
-		if s.IsTestOnly() {
-			tested[s.FieldName()] = true
-			return
-		}
-		read = append(read, s.FieldName())
 	}))
-	read = slices.DeleteFunc(read, func(f string) bool { return tested[f] })
+	read = slices.DeleteFunc(read, func(f string) bool { return isTested[f] })
 	slices.Sort(read)
-	return slices.Compact(read)
+	for f := range isTested {
+		tested = append(tested, f)
+	}
+	slices.Sort(tested)
+	return slices.Compact(read), tested
+}
+
+func isArgs(e celast.Expr) bool {
+	return e.Kind() == celast.IdentKind && e.AsIdent() == "args"
 }
 
 var _ Term = (*Constraint)(nil)
@@ -209,22 +249,31 @@ func (c *Constraint) CheckInput(in Input) error {
 
 // eval says whether the constraint holds for in, or why it could not tell.
 func (c *Constraint) eval(in Input) (bool, error) {
-	if c.prog == nil {
+	if c.expr == nil {
 		return false, errors.New("never compiled")
 	}
+	out, err := c.expr.eval(in)
+	if err != nil {
+		return false, err
+	}
+	return out == types.True, nil
+}
+
+// eval evaluates e over in.
+func (e *expression) eval(in Input) (ref.Val, error) {
 	a := activations.Get().(*activation)
 	a.in = in
-	out, _, err := c.prog.Eval(a)
+	out, _, err := e.prog.Eval(a)
 	*a = activation{}
 	activations.Put(a)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
-			return false, fmt.Errorf("cost limit %d exceeded", MaxConstraintCost)
+			return nil, fmt.Errorf("cost limit %d exceeded", MaxConstraintCost)
 		}
-		return false, err
+		return nil, err
 	}
-	return out == types.True, nil
+	return out, nil
 }
 
 // because is what a denial tells the caller about the constraint: its

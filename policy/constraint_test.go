@@ -17,7 +17,7 @@ func mustConstraint(t testing.TB, c Constraint) *Constraint {
 	return cs[0]
 }
 
-// jsonArgs decodes arguments the way extauthz does: encoding/json into a
+// jsonArgs decodes arguments the way decide does: encoding/json into a
 // map[string]any, numbers as json.Number.
 func jsonArgs(t testing.TB, s string) map[string]any {
 	t.Helper()
@@ -173,8 +173,8 @@ func TestCostTrackedOnlyWhenItCouldExceed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.expr, err)
 		}
-		if c.costTracked != tt.tracked {
-			t.Errorf("%s: cost tracked = %v, want %v", tt.expr, c.costTracked, tt.tracked)
+		if c.expr.costTracked != tt.tracked {
+			t.Errorf("%s: cost tracked = %v, want %v", tt.expr, c.expr.costTracked, tt.tracked)
 		}
 	}
 }

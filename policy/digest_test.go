@@ -1,6 +1,10 @@
 package policy
 
 import (
+	"flag"
+	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -76,6 +80,10 @@ func TestDecisionDigestIsPerRule(t *testing.T) {
 		{"grant max_effect", []string{"max_effect: money_move", "max_effect: admin"}, agentOnly},
 		{"grant capabilities", []string{"capabilities: [payments.refund]\n  - id_prefix", "capabilities: [payments.refund, x]\n  - id_prefix"}, agentOnly},
 		{"grant constraint", []string{"capabilities: [payments.refund]\n  - id_prefix", "capabilities: [payments.refund]\n        constraints: [{name: c, expr: 'true'}]\n  - id_prefix"}, agentOnly},
+		{"tool budget", []string{`message: "capped"}`, "message: \"capped\"}\n    budgets: [{name: daily, amount: args.amount, limit: 500, window: 24h}]"}, refunds},
+		{"tool rate limit", []string{`message: "capped"}`, "message: \"capped\"}\n    rate_limits: [{name: burst, limit: 10, window: 1m}]"}, refunds},
+		{"grant budget", []string{"capabilities: [payments.refund]\n  - id_prefix", "capabilities: [payments.refund]\n        budgets: [{name: daily, amount: '0', limit: 1, window: 1h}]\n  - id_prefix"}, agentOnly},
+		{"grant rate limit", []string{"capabilities: [payments.refund]\n  - id_prefix", "capabilities: [payments.refund]\n        rate_limits: [{name: burst, limit: 10, window: 1m, per: principal}]\n  - id_prefix"}, agentOnly},
 		{"exact id becomes a prefix", []string{"  - id: agent\n", "  - id_prefix: agent\n"}, agentOnly},
 		{"named becomes wildcard", []string{"tools: [refund, lookup_order]", `tools: ["*"]`}, agentOnly},
 		// Neither changes any decision's rules.
@@ -137,5 +145,51 @@ tools:
 	}
 	if mustParse(t, digestBase).Digest() == mustParse(t, strings.Replace(digestBase, "a.lock", "b.lock", 1)).Digest() {
 		t.Error("the whole-policy digest ignores the lockfile")
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/digests.golden from the policies under testdata")
+
+// The decision digests of the policies under testdata, pinned: a digest is
+// in every snapshot, so one that moves drift-denies them all. The ones of
+// policies without budgets or rate limits are the digests from before
+// there were any; limits.yaml's include its limits.
+func TestDecisionDigestsGolden(t *testing.T) {
+	const golden = "testdata/digests.golden"
+	var b strings.Builder
+	for _, file := range []string{"seed.yaml", "decide.yaml", "limits.yaml"} {
+		p := mustLoad(t, "testdata/"+file)
+		for _, r := range p.rules() {
+			for _, k := range slices.SortedFunc(maps.Keys(r.outcomes), compareKeys) {
+				if o := r.outcomes[k]; o.granted {
+					fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", file, r.name, k, o.decision.Digest)
+				}
+			}
+		}
+	}
+	if *update {
+		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := mustRead(t, golden)
+	if got := b.String(); got != want {
+		t.Errorf("decision digests differ from %s (run with -update to accept, if no snapshot pins them):\n%s", golden, got)
+	}
+}
+
+// A window is digested as counted: 24h and 1440m are one window, and a
+// decision pinned under one holds under the other.
+func TestDecisionDigestOfAWindowRespelled(t *testing.T) {
+	src := mustRead(t, "testdata/limits.yaml")
+	respelled := strings.ReplaceAll(strings.ReplaceAll(src, "window: 24h", "window: 1440m"), "window: 1m", "window: 60s")
+	if respelled == src {
+		t.Fatal("limits.yaml has no window to respell")
+	}
+	a, b := mustParse(t, src), mustParse(t, respelled)
+	for _, k := range []struct{ server, tool string }{{"billing", "refund"}, {"payments", "refund"}} {
+		if da, db := decide(t, a, support, k.server, k.tool).Digest, decide(t, b, support, k.server, k.tool).Digest; da != db {
+			t.Errorf("%s/%s: digest %s with the windows respelled, %s before", k.server, k.tool, db, da)
+		}
 	}
 }

@@ -10,8 +10,10 @@ import (
 // Explain says, in lines a person reads, how the policy decides principal
 // calling tool on server: the principal rule that applies, the tool's effect
 // class, whether and by which grant it is granted or why not, each
-// constraint and whether it holds for args, the sequence rules and the
-// decision digest. With nil args the constraints are listed, not evaluated.
+// constraint and whether it holds for args, each rate limit and budget and
+// what the call would take, the sequence rules and the decision digest.
+// With nil args the constraints and budgets are listed, not evaluated; no
+// counter is read, so whether a limit has room is left to the call.
 func (p *Policy) Explain(principal, server, toolName string, args map[string]any) []string {
 	k := toolKey{server, toolName}
 	var out []string
@@ -65,19 +67,50 @@ func (p *Policy) Explain(principal, server, toolName string, args map[string]any
 			out = append(out, line+"holds")
 		}
 	}
+	limited := len(o.decision.RateLimits)+len(o.decision.Budgets) > 0
+	if !limited {
+		out = append(out, "no budgets or rate limits")
+	}
+	for _, r := range o.decision.RateLimits {
+		out = append(out, fmt.Sprintf("rate limit %q (%s): at most %s", r.Name, r.c.field, r.c.describe()))
+	}
+	for _, b := range o.decision.Budgets {
+		line := fmt.Sprintf("budget %q (%s): the sum of %s, at most %s: ", b.Name, b.c.field, b.Amount, b.c.describe())
+		if args == nil {
+			out = append(out, line+"not evaluated, no arguments given")
+			continue
+		}
+		amount, err := b.amountOf(in)
+		if err != nil {
+			de, _ := deny.As(err)
+			out = append(out, line+"DENIES THE CALL: "+de.Detail)
+			failed = append(failed, b.Name)
+			continue
+		}
+		out = append(out, line+"this call would take "+units(amount))
+	}
 	if len(o.decision.After) == 0 {
 		out = append(out, "no sequence rule")
 	} else {
 		out = append(out, fmt.Sprintf("after: only once %s has been called, and allowed, under the same snapshot", strings.Join(o.decision.After, ", ")))
 	}
 	out = append(out, "decision digest "+o.decision.Digest)
+	var unless []string
+	if limited {
+		unless = append(unless, "its budgets and rate limits have room")
+	}
+	if len(o.decision.After) > 0 {
+		unless = append(unless, "the sequence rule is met")
+	}
 	switch {
 	case len(failed) > 0:
 		out = append(out, fmt.Sprintf("denied (%s): %s", deny.ConstraintViolation, strings.Join(failed, ", ")))
+	case args == nil && len(o.decision.Budgets) > 0:
+		out = append(out, "granted; its constraints and budgets decide each call")
 	case args == nil && len(o.decision.Constraints) > 0:
 		out = append(out, "granted; its constraints decide each call")
-	case len(o.decision.After) > 0:
-		out = append(out, "allowed, if the sequence rule is met")
+	case len(unless) > 0:
+		out = append(out, "allowed, if "+strings.Join(unless, " and "))
 	default:
 		out = append(out, "allowed")
 	}

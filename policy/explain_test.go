@@ -12,7 +12,6 @@ func TestExplain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const support = "spiffe://acme/agent/support-refund"
 	tests := []struct {
 		name                    string
 		principal, server, tool string
@@ -58,19 +57,64 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := p.Explain(tt.principal, tt.server, tt.tool, tt.args)
-			at := 0
-			for _, w := range tt.want {
-				i := slices.Index(got[at:], w)
-				if i < 0 {
-					t.Fatalf("no line %q (in order) in:\n%s", w, strings.Join(got, "\n"))
-				}
-				at += i + 1
-			}
+			inOrder(t, p.Explain(tt.principal, tt.server, tt.tool, tt.args), tt.want)
 		})
 	}
 	ceiling := mustLoad(t, "testdata/decide.yaml").Explain("spiffe://acme/agent/triage", "billing", "refund", nil)
 	if last := ceiling[len(ceiling)-1]; last != "denied (tool_not_granted): it is money_move, above its grant's max_effect write (principals[1].grants[0])" {
 		t.Errorf("ceiling denial explained as %q", last)
+	}
+}
+
+// Budgets and rate limits are shown with what a call would take; a call a
+// budget denies whatever its counter holds is denied.
+func TestExplainLimits(t *testing.T) {
+	p := mustLoad(t, "testdata/limits.yaml")
+	d := decide(t, p, support, "billing", "refund")
+	tests := []struct {
+		name string
+		args map[string]any
+		want []string
+	}{
+		{"allowed", map[string]any{"amount": 200.0}, []string{
+			`rate limit "refund_burst" (tools[0].rate_limits[0]): at most 10 calls per 1m, per principal, on the tool`,
+			`rate limit "billing_calls" (principals[0].grants[0].rate_limits[0]): at most 100 calls per 1h, per principal, on the grant`,
+			`budget "daily_refunds" (tools[0].budgets[0]): the sum of args.amount, at most 500 per 24h, per principal, on the tool: this call would take 200`,
+			`budget "money_out" (principals[0].grants[0].budgets[0]): the sum of has(args.amount) ? args.amount : 0, at most 2000 per 24h, per principal, on the grant: this call would take 200`,
+			"after: only once lookup_order has been called, and allowed, under the same snapshot",
+			"decision digest " + d.Digest,
+			"allowed, if its budgets and rate limits have room and the sequence rule is met",
+		}},
+		{"more than the budget", map[string]any{"amount": 600.0}, []string{
+			`budget "daily_refunds" (tools[0].budgets[0]): the sum of args.amount, at most 500 per 24h, per principal, on the tool: DENIES THE CALL: budget "daily_refunds" allows 500 per 24h; this call's 600 is more than all of it, so no window can hold it`,
+			"denied (constraint_violation): usd_cap_250, daily_refunds",
+		}},
+		{"no arguments", nil, []string{
+			`budget "daily_refunds" (tools[0].budgets[0]): the sum of args.amount, at most 500 per 24h, per principal, on the tool: not evaluated, no arguments given`,
+			"granted; its constraints and budgets decide each call",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inOrder(t, p.Explain(support, "billing", "refund", tt.args), tt.want)
+		})
+	}
+	inOrder(t, p.Explain("spiffe://acme/agent/other", "billing", "lookup_order", nil), []string{
+		`rate limit "per_tool" (principals[1].grants[0].rate_limits[0]): at most 5 calls per 10s, per principal and tool, on the grant`,
+		"allowed, if its budgets and rate limits have room",
+	})
+	inOrder(t, mustLoad(t, "testdata/seed.yaml").Explain(support, "billing", "lookup_order", nil), []string{"no budgets or rate limits", "allowed"})
+}
+
+// inOrder fails t unless each of want is a line of got, in this order.
+func inOrder(t *testing.T, got, want []string) {
+	t.Helper()
+	at := 0
+	for _, w := range want {
+		i := slices.Index(got[at:], w)
+		if i < 0 {
+			t.Fatalf("no line %q (in order) in:\n%s", w, strings.Join(got, "\n"))
+		}
+		at += i + 1
 	}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,9 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("a policy is looser than itself: %q", loose)
 		}
 		Lint(p)
+		LintArguments(p, func(string, string) (json.RawMessage, bool) {
+			return json.RawMessage(`{"properties": {"amount": {}}}`), true
+		})
 		var principals []string
 		for id := range p.exact {
 			principals = append(principals, id)
@@ -59,9 +63,13 @@ func FuzzParse(f *testing.F) {
 				if err == nil && !strings.HasPrefix(d.Digest, "sha256:") {
 					t.Fatalf("Decide(%q, %s) digest %q", who, k, d.Digest)
 				}
+				in := Input{Args: map[string]any{"amount": 1.0}, Principal: who, Server: k.server, Tool: k.tool}
 				for _, c := range d.Constraints {
 					// Must fail closed or hold, never panic.
-					_ = c.CheckInput(Input{Args: map[string]any{"amount": 1.0}, Principal: who, Server: k.server, Tool: k.tool})
+					_ = c.CheckInput(in)
+				}
+				for _, b := range d.Budgets {
+					_ = b.CheckInput(in)
 				}
 				p.Explain(who, k.server, k.tool, map[string]any{})
 			}

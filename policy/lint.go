@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,9 +14,10 @@ import (
 // rule with no grants, a named tool its own grant does not grant, a
 // max_effect that excludes everything its grant names, a "*" that decides
 // no tool, a capability no tool exercises, a tool granted without the tool
-// it must follow, and a grant constraint that reads an argument while
-// applying to several tools (a call to one without that argument is
-// denied).
+// it must follow, and a grant constraint or budget amount that reads an
+// argument while applying to several tools (a call to one without that
+// argument is denied). Whether the tools have the arguments the policy
+// reads is LintArguments', which needs their input schemas.
 func Lint(p *Policy) []string {
 	var out []string
 	granted := map[toolKey]bool{}
@@ -93,8 +96,13 @@ func (p *Policy) lintGrant(r *principalRule, g *grant) []string {
 			names[i] = k.tool
 		}
 		for _, c := range g.constraints {
-			for _, f := range c.argFields {
+			for _, f := range c.expr.read {
 				out = append(out, fmt.Sprintf("%s: reads args.%s but applies to each of %s; a call without %s is denied (guard it with has(args.%s), or move it to the tool)", c.field, f, strings.Join(names, ", "), f, f))
+			}
+		}
+		for _, b := range g.budgets {
+			for _, f := range b.amount.read {
+				out = append(out, fmt.Sprintf("%s.amount: reads args.%s but applies to each of %s; a call without %s is denied (write has(args.%s) ? args.%s : 0, or move the budget to the tool)", b.c.field, f, strings.Join(names, ", "), f, f, f))
 			}
 		}
 	}
@@ -122,4 +130,146 @@ func (p *Policy) rules() []*principalRule {
 		}
 	}
 	return out
+}
+
+// InputSchemas looks up the inputSchema of a tool as its server lists it
+// (from a catalog file, the live server, or a lockfile's definition): ok
+// is false for a tool the server does not list.
+type InputSchemas func(server, tool string) (schema json.RawMessage, ok bool)
+
+// LintArguments lists, sorted, each argument a constraint or budget amount
+// reads (args.x, or args["x"]) that the input schema of a tool it applies
+// to does not declare: the typo that passes every other check and denies
+// every call at run time (args.amount on a tool whose field is
+// amount_usd). An argument read outright must be declared by every tool
+// the expression applies to; one only tested with has(), by at least one.
+// Each finding is an error unless the operator says otherwise: what it
+// reports cannot be what was meant. A tool schemas does not list, or whose
+// schema declares its properties in a way this does not follow ($ref,
+// patternProperties, an additionalProperties schema), is not checked.
+func LintArguments(p *Policy, schemas InputSchemas) []string {
+	declared := map[toolKey]map[string]bool{}
+	known := func(k toolKey) (map[string]bool, bool) {
+		props, seen := declared[k]
+		if !seen {
+			props = nil
+			if raw, ok := schemas(k.server, k.tool); ok {
+				props, _ = properties(raw)
+			}
+			declared[k] = props
+		}
+		return props, props != nil
+	}
+	var out []string
+	// check holds the expression at field to the tools it applies to.
+	check := func(field string, e *expression, tools []toolKey) {
+		for _, f := range e.read {
+			for _, k := range tools {
+				if props, ok := known(k); ok && !props[f] {
+					out = append(out, fmt.Sprintf("%s: reads args.%s, which the input schema of %s does not declare (it declares %s): every call is denied", field, f, k, propertyList(props)))
+				}
+			}
+		}
+		for _, f := range e.tested {
+			checked, found := 0, false
+			for _, k := range tools {
+				if props, ok := known(k); ok {
+					checked++
+					found = found || props[f]
+				}
+			}
+			if checked == len(tools) && checked > 0 && !found {
+				out = append(out, fmt.Sprintf("%s: tests args.%s, which the input schema of no tool it applies to (%s) declares", field, f, keyList(tools)))
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(p.tools), compareKeys) {
+		t := p.tools[k]
+		for _, c := range t.constraints {
+			check(c.field+".expr", c.expr, []toolKey{k})
+		}
+		for _, b := range t.budgets {
+			check(b.c.field+".amount", b.amount, []toolKey{k})
+		}
+	}
+	for _, r := range p.rules() {
+		for _, g := range r.grants {
+			var granted []toolKey
+			for k, o := range r.outcomes {
+				if o.granted && o.grant == g {
+					granted = append(granted, k)
+				}
+			}
+			slices.SortFunc(granted, compareKeys)
+			if len(granted) == 0 {
+				continue
+			}
+			for _, c := range g.constraints {
+				check(c.field+".expr", c.expr, granted)
+			}
+			for _, b := range g.budgets {
+				check(b.c.field+".amount", b.amount, granted)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// objectSchema is what properties reads of an input schema.
+type objectSchema struct {
+	Ref                  string                     `json:"$ref"`
+	DynamicRef           string                     `json:"$dynamicRef"`
+	Properties           map[string]json.RawMessage `json:"properties"`
+	PatternProperties    map[string]json.RawMessage `json:"patternProperties"`
+	AdditionalProperties json.RawMessage            `json:"additionalProperties"`
+	AllOf                []json.RawMessage          `json:"allOf"`
+	AnyOf                []json.RawMessage          `json:"anyOf"`
+	OneOf                []json.RawMessage          `json:"oneOf"`
+}
+
+// properties are the argument names an input schema declares, at its top
+// or in the schemas it combines with allOf, anyOf or oneOf; ok is false if
+// it may declare others this cannot read.
+func properties(raw json.RawMessage) (map[string]bool, bool) {
+	out := map[string]bool{}
+	var walk func(raw json.RawMessage) bool
+	walk = func(raw json.RawMessage) bool {
+		var s objectSchema
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return string(bytes.TrimSpace(raw)) == "true"
+		}
+		extra := string(bytes.TrimSpace(s.AdditionalProperties))
+		if s.Ref != "" || s.DynamicRef != "" || len(s.PatternProperties) > 0 || (extra != "" && extra != "true" && extra != "false" && extra != "{}") {
+			return false
+		}
+		for name := range s.Properties {
+			out[name] = true
+		}
+		for _, sub := range slices.Concat(s.AllOf, s.AnyOf, s.OneOf) {
+			if !walk(sub) {
+				return false
+			}
+		}
+		return true
+	}
+	if len(raw) == 0 || !walk(raw) {
+		return nil, false
+	}
+	return out, true
+}
+
+func propertyList(props map[string]bool) string {
+	if len(props) == 0 {
+		return "no properties"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(props)), ", ")
+}
+
+func keyList(keys []toolKey) string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.String()
+	}
+	return strings.Join(names, ", ")
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +30,9 @@ principals:
         constraints:
           - {name: cap, expr: "args.amount <= 250"}
           - {name: guarded, expr: "!has(args.force) || args.force == false"}
+        budgets:
+          - {name: spend, amount: args.amount, limit: 1000, window: 24h}
+          - {name: guarded_spend, amount: "has(args.amount) ? args.amount : 0", limit: 1000, window: 24h}
   - id: d
     grants:
       - {server: files, tools: ["*"]}
@@ -40,6 +44,7 @@ principals:
 		"principals[2].grants[0].max_effect: read excludes every tool the grant names",
 		"principals[2].grants[1].capabilities: no tool of billing exercises payments.lage",
 		"principals[2].grants[1].constraints[0]: reads args.amount but applies to each of lookup_order, purge, refund; a call without amount is denied (guard it with has(args.amount), or move it to the tool)",
+		"principals[2].grants[1].budgets[0].amount: reads args.amount but applies to each of lookup_order, purge, refund; a call without amount is denied (write has(args.amount) ? args.amount : 0, or move the budget to the tool)",
 		`principals[3].grants[0].tools: "*" decides no tool: no tool of files is classified, or another grant names each one`,
 		"principals[3].grants[1].tools: names tools it does not grant (billing/refund: it is money_move, above its grant's max_effect read)",
 		"tools[3]: crm/update is granted by no principal rule",
@@ -51,5 +56,68 @@ principals:
 	}
 	if got := Lint(mustLoad(t, "testdata/seed.yaml")); len(got) > 0 {
 		t.Errorf("the seed policy has warnings: %q", got)
+	}
+}
+
+// An argument the policy reads that a tool's input schema does not declare
+// is reported, against the tools the expression applies to; what cannot
+// be told from the schema is not.
+func TestLintArguments(t *testing.T) {
+	p := mustParse(t, `
+tools:
+  - server: billing
+    tool: refund
+    effect: money_move
+    constraints:
+      - {name: cap, expr: "args.amount <= 250"}
+      - {name: indexed, expr: "args['reason_code'] != 'fraud'"}
+      - {name: flag, expr: "!has(args.force) || args.force == false"}
+    budgets:
+      - {name: daily, amount: args.amount, limit: 500, window: 24h}
+  - {server: billing, tool: lookup_order, effect: read}
+  - {server: billing, tool: composed, effect: read}
+  - {server: billing, tool: open_ended, effect: read, constraints: [{name: anything, expr: "args.whatever == 1"}]}
+  - {server: billing, tool: unlisted, effect: read, constraints: [{name: anything, expr: "args.whatever == 1"}]}
+principals:
+  - id: a
+    grants:
+      - server: billing
+        tools: ["*"]
+        constraints:
+          - {name: region, expr: "args.region == 'eu'"}
+          - {name: tested, expr: "!has(args.order_id) || args.order_id != ''"}
+          - {name: tested_nowhere, expr: "!has(args.orderid) || args.orderid != ''"}
+        budgets:
+          - {name: total, amount: "has(args.amount_usd) ? args.amount_usd : 0", limit: 1000, window: 24h}
+  - id: b
+    grants:
+      - server: billing
+        tools: [lookup_order, refund]
+        constraints:
+          - {name: tested_nowhere, expr: "!has(args.orderid) || args.orderid != ''"}
+          - {name: region, expr: "args.region == 'eu' && args.order_id != ''"}
+`)
+	schemas := map[string]string{
+		"refund":       `{"type": "object", "properties": {"amount_usd": {"type": "number"}, "reason": {"type": "string"}, "region": {}}}`,
+		"lookup_order": `{"type": "object", "properties": {"order_id": {"type": "string"}, "region": {}}, "additionalProperties": false}`,
+		"composed":     `{"type": "object", "allOf": [{"properties": {"region": {}}}, {"anyOf": [{"properties": {"x": {}}}, true]}]}`,
+		"open_ended":   `{"type": "object", "patternProperties": {"^w": {}}}`,
+	}
+	got := LintArguments(p, func(server, tool string) (json.RawMessage, bool) {
+		s, ok := schemas[tool]
+		return json.RawMessage(s), ok && server == "billing"
+	})
+	want := []string{
+		"tools[0].budgets[0].amount: reads args.amount, which the input schema of billing/refund does not declare (it declares amount_usd, reason, region): every call is denied",
+		"tools[0].constraints[0].expr: reads args.amount, which the input schema of billing/refund does not declare (it declares amount_usd, reason, region): every call is denied",
+		"tools[0].constraints[1].expr: reads args.reason_code, which the input schema of billing/refund does not declare (it declares amount_usd, reason, region): every call is denied",
+		"tools[0].constraints[2].expr: tests args.force, which the input schema of no tool it applies to (billing/refund) declares",
+		// Some of the tools a's grant applies to may declare orderid.
+		"principals[1].grants[0].constraints[0].expr: tests args.orderid, which the input schema of no tool it applies to (billing/lookup_order, billing/refund) declares",
+		"principals[1].grants[0].constraints[1].expr: reads args.order_id, which the input schema of billing/refund does not declare (it declares amount_usd, reason, region): every call is denied",
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("LintArguments =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

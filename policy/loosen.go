@@ -19,6 +19,12 @@ import (
 //     or changed in any way (any edit of an expression or message counts:
 //     whether "<= 300" is looser than "<= 250" is not decided by reading
 //     CEL), or an after requirement dropped;
+//   - for a call allowed under both, a budget or rate limit of old (by
+//     name, on the tool or on the grant) missing from next (removed, or
+//     renamed: a new name is a new counter, from nothing), its limit
+//     raised, its window shortened (the same limit over less time allows
+//     more a day), a budget's amount changed in any way, or a rate limit
+//     counted per tool that was counted per principal;
 //   - the lockfile removed or pointing elsewhere.
 //
 // Tightening (a grant, rule or tool removed, a constraint added, a lower
@@ -89,6 +95,36 @@ func looserTerms(old, next Decision) []string {
 		if !slices.Contains(next.After, a) {
 			out = append(out, fmt.Sprintf("no longer requires %s first", a))
 		}
+	}
+	out = append(out, looserLimits(old.Budgets, next.Budgets, (*Budget).counts, func(o, n *Budget) []string {
+		if n.Amount != o.Amount {
+			return []string{fmt.Sprintf("budget %q amount changed from %q to %q", o.Name, o.Amount, n.Amount)}
+		}
+		return nil
+	})...)
+	out = append(out, looserLimits(old.RateLimits, next.RateLimits, (*RateLimit).counts, func(o, n *RateLimit) []string {
+		if n.c.perTool && !o.c.perTool {
+			return []string{fmt.Sprintf("rate limit %q now counts each tool apart, not all together", o.Name)}
+		}
+		return nil
+	})...)
+	return out
+}
+
+// looserLimits lists how the budgets or rate limits of old count more
+// loosely in next, each matched to its counter: removed, a higher limit,
+// a shorter window, and what also says of the kind.
+func looserLimits[L any](old, next []L, counts func(L) *counter, also func(old, next L) []string) []string {
+	var out []string
+	for _, o := range old {
+		oc := counts(o)
+		i := slices.IndexFunc(next, func(n L) bool { return oc.same(counts(n)) })
+		if i < 0 {
+			out = append(out, fmt.Sprintf("%s (%s) removed", oc.what(), oc.describe()))
+			continue
+		}
+		out = append(out, oc.looser(counts(next[i]))...)
+		out = append(out, also(o, next[i])...)
 	}
 	return out
 }

@@ -60,13 +60,7 @@ func TestLoosenings(t *testing.T) {
 		agents   = `principals under "spiffe://acme/agent/"`
 		batch    = `principals under "spiffe://acme/agent/batch/"`
 	)
-	tests := []struct {
-		name  string
-		edits []string // from, to, from, to...: applied to looseBase
-		// want are substrings, each of which some reported line must
-		// contain; none means the new policy must not be looser at all.
-		want []string
-	}{
+	runLoosenings(t, looseBase, []looseCase{
 		// Loosening, each kind.
 		{"cap raised", []string{"args.amount <= 250", "args.amount <= 500"},
 			[]string{support + `: billing/refund: constraint "usd_cap_250" changed from "args.amount <= 250" to "args.amount <= 500"`}},
@@ -138,11 +132,64 @@ func TestLoosenings(t *testing.T) {
 		{"grant capability removed", []string{"capabilities: [payments.refund]\n        constraints", "capabilities: []\n        constraints"}, nil},
 		// The prefix that now decides grants only what the rule did.
 		{"exact rule removed: the prefix grants no more", []string{"  - id: spiffe://acme/agent/support-readonly\n    grants:\n      - {server: billing, tools: [\"*\"], max_effect: read}\n", ""}, nil},
-	}
-	old := mustParse(t, looseBase)
+	})
+}
+
+// A budget or rate limit that allows more, by name on the tool or the
+// grant, is loosening; one that allows less is not.
+func TestLooseningsOfLimits(t *testing.T) {
+	const refund = `principal "spiffe://acme/agent/support-refund": billing/refund: `
+	runLoosenings(t, mustRead(t, "testdata/limits.yaml"), []looseCase{
+		{"budget limit raised", []string{"amount: args.amount, limit: 500", "amount: args.amount, limit: 1000"},
+			[]string{refund + `budget "daily_refunds" limit raised from 500 to 1000`}},
+		{"budget window shortened", []string{"limit: 500, window: 24h}\n    rate", "limit: 500, window: 1h}\n    rate"},
+			[]string{refund + `budget "daily_refunds" window shortened from 24h to 1h`}},
+		{"budget removed", []string{"      - {name: daily_refunds, amount: args.amount, limit: 500, window: 24h}\n", ""},
+			[]string{refund + `budget "daily_refunds" (500 per 24h, per principal, on the tool) removed`}},
+		{"budget renamed: a new counter, from nothing", []string{"name: daily_refunds, amount: args.amount", "name: refunds_today, amount: args.amount"},
+			[]string{refund + `budget "daily_refunds" (500 per 24h, per principal, on the tool) removed`}},
+		{"budget amount changed", []string{"amount: args.amount, limit: 500", "amount: args.amount / 2.0, limit: 500"},
+			[]string{refund + `budget "daily_refunds" amount changed from "args.amount" to "args.amount / 2.0"`}},
+		{"budget moved from the tool to the grant", []string{
+			"      - {name: daily_refunds, amount: args.amount, limit: 500, window: 24h}\n", "",
+			"        budgets:\n          - {name: money_out, amount: \"has(args.amount)", "        budgets:\n          - {name: daily_refunds, amount: args.amount, limit: 500, window: 24h}\n          - {name: money_out, amount: \"has(args.amount)",
+		}, []string{refund + `budget "daily_refunds" (500 per 24h, per principal, on the tool) removed`}},
+		{"grant budget raised on both its grants", []string{"limit: 2000, window: 24h", "limit: 3000, window: 24h", "limit: 2000, window: 1440m", "limit: 3000, window: 1440m"},
+			[]string{refund + `budget "money_out" limit raised from 2000 to 3000`, `payments/refund: budget "money_out" limit raised`}},
+		{"rate limit raised", []string{"limit: 10, window: 1m", "limit: 20, window: 1m"},
+			[]string{refund + `rate limit "refund_burst" limit raised from 10 to 20`}},
+		{"rate limit window shortened", []string{"limit: 10, window: 1m", "limit: 10, window: 30s"},
+			[]string{refund + `rate limit "refund_burst" window shortened from 1m to 30s`}},
+		{"rate limit removed", []string{"    rate_limits:\n      - {name: refund_burst, limit: 10, window: 1m}\n", ""},
+			[]string{refund + `rate limit "refund_burst" (10 calls per 1m, per principal, on the tool) removed`}},
+		{"rate limit counted per tool", []string{"per: principal", "per: tool"},
+			[]string{refund + `rate limit "billing_calls" now counts each tool apart, not all together`}},
+
+		// Not loosening.
+		{"budget limit lowered", []string{"amount: args.amount, limit: 500", "amount: args.amount, limit: 400"}, nil},
+		{"budget window widened", []string{"limit: 500, window: 24h}\n    rate", "limit: 500, window: 48h}\n    rate"}, nil},
+		{"window respelled", []string{"limit: 500, window: 24h}\n    rate", "limit: 500, window: 1440m}\n    rate"}, nil},
+		{"budget added", []string{"    rate_limits:\n      - {name: refund_burst", "      - {name: weekly, amount: args.amount, limit: 2000, window: 168h}\n    rate_limits:\n      - {name: refund_burst"}, nil},
+		{"rate limit counted per principal", []string{"{name: per_tool, limit: 5, window: 10s}", "{name: per_tool, limit: 5, window: 10s, per: principal}"}, nil},
+	})
+}
+
+type looseCase struct {
+	name  string
+	edits []string // from, to, from, to...: applied to the base
+	// want are substrings, each of which some reported line must
+	// contain; none means the new policy must not be looser at all.
+	want []string
+}
+
+// runLoosenings edits base as each case says and holds Loosenings from
+// base to the edit to the case.
+func runLoosenings(t *testing.T, base string, tests []looseCase) {
+	t.Helper()
+	old := mustParse(t, base)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := looseBase
+			src := base
 			for i := 0; i < len(tt.edits); i += 2 {
 				if !strings.Contains(src, tt.edits[i]) {
 					t.Fatalf("base has no %q", tt.edits[i])

@@ -18,6 +18,10 @@
 //	      - name: usd_cap_250
 //	        expr: "args.amount <= 250"
 //	        message: "refunds are capped at USD 250"
+//	    budgets:                    # a sum over each principal's allowed calls in a window
+//	      - {name: daily_refunds, amount: args.amount, limit: 500, window: 24h}
+//	    rate_limits:                # a count of them
+//	      - {name: refund_burst, limit: 10, window: 1m}
 //	principals:
 //	  - id: spiffe://acme/agent/support-refund     # exact; or id_prefix: spiffe://acme/agent/
 //	    grants:
@@ -26,6 +30,8 @@
 //	        max_effect: money_move                # optional ceiling
 //	        capabilities: [payments.refund]       # the tags this grant confers
 //	        constraints: []                       # optional, in addition to the tools'
+//	        budgets: []                           # optional, over every tool of the grant
+//	        rate_limits: []                       # optional; per: tool (default) or principal
 //
 // Decoding is strict: an unknown key, a second YAML document, or any rule
 // that could not take effect as written (a grant of an unclassified tool, an
@@ -72,10 +78,21 @@
 // and allowed, earlier under the same snapshot. The policy validates them
 // (classified, acyclic); keeping track of the calls is the caller's job.
 //
+// # Budgets and rate limits
+//
+// A budget sums a CEL amount, a rate limit counts calls, over each
+// principal's allowed calls in a window, on a tool or on every tool of a
+// grant. They are terms that record (Reserver): a call is allowed only if
+// it fits, and takes its amount as it is allowed, from a counter in a
+// Counters store the replicas share (counters.go says how a window is
+// counted). An amount that cannot be evaluated, or is no number of at
+// least 0, denies the call, as a constraint that fails does.
+//
 // # Digests
 //
 // Each allowed decision carries the digest of exactly the rules behind it:
-// the tool's rule and the deciding grant (see Decision.Digest). A snapshot
+// the tool's rule and the deciding grant (see Decision.Digest), budgets and
+// rate limits included. A snapshot
 // pins it, so editing one tool's rule drift-denies only that tool's
 // snapshots, and reordering rules in the file changes no decision digest.
 //
@@ -155,6 +172,10 @@ type ToolRule struct {
 	After []string `yaml:"after,omitempty" json:"after,omitempty"`
 	// Constraints must all hold for a call to be allowed.
 	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
+	// Budgets and RateLimits bound each principal's calls to the tool
+	// over a window.
+	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
 }
 
 // PrincipalRule grants the principals it matches tools on servers. Exactly
@@ -178,6 +199,10 @@ type Grant struct {
 	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
 	// Constraints apply in addition to the tool's own.
 	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
+	// Budgets and RateLimits bound each principal's calls to the tools
+	// of this grant over a window, in addition to the tools' own.
+	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
 }
 
 // Wildcard in a grant's tool list stands for every classified tool.
@@ -210,6 +235,8 @@ type tool struct {
 	// precedes is set when another tool's after names this one.
 	precedes    bool
 	constraints []*Constraint
+	budgets     []*Budget
+	rateLimits  []*RateLimit
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -233,6 +260,8 @@ type grant struct {
 	maxEffect    EffectClass
 	capabilities []string // sorted, distinct
 	constraints  []*Constraint
+	budgets      []*Budget
+	rateLimits   []*RateLimit
 }
 
 // outcome is one rule's verdict on one classified tool.
@@ -253,9 +282,10 @@ type Decision struct {
 	Effect EffectClass
 	// Digest is the JCS SHA-256 of exactly the rules that produced this
 	// decision: the tool's rule (server, tool, effect, capabilities, after,
-	// constraints) and the deciding grant (principal rule, server, the tool
-	// name or "*", max_effect, capabilities, constraints). Editing one
-	// tool's rule leaves every other tool's digest alone.
+	// constraints, budgets, rate limits) and the deciding grant (principal
+	// rule, server, the tool name or "*", max_effect, capabilities,
+	// constraints, budgets, rate limits). Editing one tool's rule leaves
+	// every other tool's digest alone.
 	Digest string
 	// Rule is the principal rule that decided: "id:<id>" or
 	// "id_prefix:<prefix>".
@@ -271,9 +301,15 @@ type Decision struct {
 	Precedes bool
 	// Capabilities are the tags the tool exercises; sorted.
 	Capabilities []string
+	// RateLimits and Budgets are the tool's, then the grant's, in file
+	// order; a call is allowed only if it fits in each.
+	RateLimits []*RateLimit
+	Budgets    []*Budget
 	// Terms are the rules above compiled, that a call must satisfy once
 	// its contract is the pinned one, in order: the constraints, then the
-	// sequence rule, which records the call (Term.Records).
+	// terms that record the call (Term.Records): the rate limits and
+	// budgets, which reserve (Reserver) and can give back, before the
+	// sequence rule, which cannot.
 	Terms []Term
 }
 

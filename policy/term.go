@@ -2,7 +2,8 @@ package policy
 
 // A Term is one rule of the policy that a call must satisfy once its
 // contract is the pinned one: an argument constraint (constraint.go), a
-// sequence rule (sequence.go). Each rule kind is one implementation in a
+// rate limit (ratelimit.go), a budget (budget.go), a sequence rule
+// (sequence.go). Each rule kind is one implementation in a
 // file of its own, compiled with the policy into every Decision it applies
 // to (Decision.Terms); the decision core runs them in order and knows none
 // of them.
@@ -18,14 +19,18 @@ type Term interface {
 }
 
 // Call is what a Term decides: the call and who makes it where, the
-// snapshot it is verified under, and the calls allowed before it under
-// that snapshot.
+// snapshot it is verified under, the calls allowed before it under that
+// snapshot, and the counters of its budgets and rate limits.
 type Call struct {
 	Input
 	// Snapshot is the epoch of the snapshot the call is verified under.
 	Snapshot string
 	// Log holds the calls allowed under the snapshot.
 	Log CallLog
+	// Counters holds every principal's budgets and rate limits (the
+	// snapshot store's, shared like it). A call under a budget or rate
+	// limit without one fails closed.
+	Counters Counters
 }
 
 // CallLog is all a term that spans calls reads and writes: the calls

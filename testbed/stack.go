@@ -109,6 +109,14 @@ type StackOptions struct {
 	Grants bool
 	// MaxResponseBytes, if set, is capsnap's discovery.max_response_bytes.
 	MaxResponseBytes int
+	// Mode, if set, is capsnap's top-level mode (enforce or observe).
+	Mode string
+	// Tracing, if set, is capsnap's tracing section as a YAML flow
+	// mapping, e.g. "{endpoint: 127.0.0.1:4317, insecure: true}".
+	Tracing string
+	// ReleaseOnError sets billing's servers[].release_on_error: a failed
+	// call gives back what it reserved of its budgets.
+	ReleaseOnError bool
 }
 
 // Stack is Envoy in front of two billing servers, "billing" and
@@ -300,25 +308,35 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 		sections = "denials: " + s.opts.Denials
 	}
 	if servers == "" {
+		release := ""
 		grant := func(id string) string {
 			if !s.opts.Grants {
 				return ""
 			}
 			return "\n    grant_key_file: " + GrantKeyFile(s.opts.Dir, id) + ".pub"
 		}
+		if s.opts.ReleaseOnError {
+			release = "\n    release_on_error: true"
+		}
 		servers = fmt.Sprintf(`servers:
   - id: billing
     url: %s/mcp
-    resync_interval: 2s%s
+    resync_interval: 2s%s%s
   - id: payments
     url: %s/mcp
-    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), s.ServerURL("payments"), grant("payments"))
+    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), release, s.ServerURL("payments"), grant("payments"))
 	}
 	if len(s.envelopeKeys) > 0 {
 		sections += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
 	}
 	if s.opts.MaxResponseBytes > 0 {
 		sections += fmt.Sprintf("\ndiscovery: {max_response_bytes: %d}", s.opts.MaxResponseBytes)
+	}
+	if s.opts.Mode != "" {
+		sections += "\nmode: " + s.opts.Mode
+	}
+	if s.opts.Tracing != "" {
+		sections += "\ntracing: " + s.opts.Tracing
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {

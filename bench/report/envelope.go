@@ -19,7 +19,7 @@ const CapsnapEnvelope = "capsnap + envelope"
 const CapsnapGrant = "capsnap + envelope under a grant"
 
 // The Go benchmarks of the envelope's cost: the allowed Check without and
-// with it (extauthz), and the parts of one seal (envelope).
+// with it (decide), and the parts of one seal (envelope).
 const (
 	BenchCheckEnvelopeOff = "BenchmarkCheckEnvelope/off"
 	BenchCheckEnvelopeOn  = "BenchmarkCheckEnvelope/on"
@@ -47,12 +47,12 @@ func envelopeSection(b *strings.Builder, r *Results) {
 		"For a server with a grant key (`servers[].grant_key_file`) the envelope comes under a grant: what is the same for every call of a tool under a snapshot is signed once, in the grant, with a fresh call key encrypted to the server, and each call is bound by an HMAC under that key. "+
 		"What it costs the allowed Check, without it (`envelope` unset), signed whole (`envelope.key_files`: one Ed25519 key) and under a grant (and a P-256 grant key for the server), in process and over gRPC.\n\n")
 
-	fmt.Fprintf(b, "### In process (`BenchmarkCheckEnvelope`, `extauthz`)\n\n")
+	fmt.Fprintf(b, "### In process (`BenchmarkCheckEnvelope`, `decide`)\n\n")
 	off, on, ok := EnvelopeCost(r.HotPath)
 	if !ok {
 		fmt.Fprintf(b, "Not run: no %s and %s among the hot path's results.\n", BenchCheckEnvelopeOff, BenchCheckEnvelopeOn)
 	} else {
-		fmt.Fprintf(b, "BenchmarkCheckAllowed's refund, decided by the same extauthz server without and with an envelope key.\n\n")
+		fmt.Fprintf(b, "BenchmarkCheckAllowed's refund, decided by the same decision core without and with an envelope key.\n\n")
 		diff := func(x gobench.Result, unit string) string {
 			return fmt.Sprintf("%+.0f", x.Metrics[unit]-off.Metrics[unit])
 		}

@@ -34,7 +34,7 @@ func sample() *Results {
 		r.Envoy = append(r.Envoy, EnvoyRun{Mode: m, Result: mcpload.Result{Calls: 100, RPS: 1000, P50: time.Duration(1+i) * time.Millisecond, P99: 5 * time.Millisecond}})
 	}
 	bench := func(name string, metrics map[string]float64) gobench.Result {
-		return gobench.Result{Pkg: "github.com/capsnap/capsnap/extauthz", Name: name, Metrics: metrics}
+		return gobench.Result{Pkg: "github.com/capsnap/capsnap/decide", Name: name, Metrics: metrics}
 	}
 	r.Scale = []gobench.Result{
 		bench("BenchmarkCheckCatalogSize/tools=10", map[string]float64{"ns/op": 8000}),
@@ -304,7 +304,7 @@ func TestDeliveryTarget(t *testing.T) {
 // withStore adds the shared store's figures to a sample run.
 func withStore(r *Results) *Results {
 	bench := func(name string, metrics map[string]float64) gobench.Result {
-		return gobench.Result{Pkg: "github.com/capsnap/capsnap/extauthz", Name: name, Metrics: metrics}
+		return gobench.Result{Pkg: "github.com/capsnap/capsnap/decide", Name: name, Metrics: metrics}
 	}
 	r.Store.Bench = []gobench.Result{
 		bench("BenchmarkCheckStore/memory", map[string]float64{"ns/op": 10_000, "B/op": 2000, "allocs/op": 22}),
@@ -375,12 +375,12 @@ func TestEnvelopeSection(t *testing.T) {
 		return gobench.Result{Pkg: "github.com/capsnap/capsnap/" + pkg, Name: name, Metrics: metrics}
 	}
 	r.HotPath = append(r.HotPath,
-		bench("extauthz", BenchCheckEnvelopeOff, map[string]float64{"ns/op": 7000, "B/op": 2000, "allocs/op": 22}),
-		bench("extauthz", BenchCheckEnvelopeOn, map[string]float64{"ns/op": 57000, "B/op": 12000, "allocs/op": 100}),
+		bench("decide", BenchCheckEnvelopeOff, map[string]float64{"ns/op": 7000, "B/op": 2000, "allocs/op": 22}),
+		bench("decide", BenchCheckEnvelopeOn, map[string]float64{"ns/op": 57000, "B/op": 12000, "allocs/op": 100}),
 		bench("envelope", BenchSealSign, map[string]float64{"ns/op": 34000, "allocs/op": 0}),
 		bench("envelope", BenchSeal, map[string]float64{"ns/op": 40000, "allocs/op": 61}),
 		bench("envelope", BenchSealArgsDigest, map[string]float64{"ns/op": 4000, "allocs/op": 34}),
-		bench("extauthz", BenchCheckGrant, map[string]float64{"ns/op": 12000, "B/op": 5000, "allocs/op": 60}),
+		bench("decide", BenchCheckGrant, map[string]float64{"ns/op": 12000, "B/op": 5000, "allocs/op": 60}),
 		bench("envelope", BenchGrantMint, map[string]float64{"ns/op": 140000, "allocs/op": 235}),
 		bench("envelope", BenchGrantSeal, map[string]float64{"ns/op": 2000, "allocs/op": 10}))
 	r.EnvelopeHeaderBytes, r.GrantEnvelopeHeaderBytes, r.GrantHeaderBytes = 612, 280, 1100
@@ -408,7 +408,7 @@ func TestEnvelopeSection(t *testing.T) {
 		t.Error("the envelope's capsnap is in the main gRPC tables")
 	}
 	md = string(Markdown(sample(), "x.svg"))
-	if !strings.Contains(md, "### In process (`BenchmarkCheckEnvelope`, `extauthz`)\n\nNot run") || !strings.Contains(md, "### Over gRPC\n\nNot run.\n") {
+	if !strings.Contains(md, "### In process (`BenchmarkCheckEnvelope`, `decide`)\n\nNot run") || !strings.Contains(md, "### Over gRPC\n\nNot run.\n") {
 		t.Error("a run without the envelope's figures does not say so")
 	}
 }

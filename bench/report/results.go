@@ -258,7 +258,7 @@ func (d Delivery) Ran() bool { return d.With.Calls > 0 && d.Without.Calls > 0 }
 // sets no numeric target: figures, not verdicts.
 type Store struct {
 	// Bench is BenchmarkCheckStore's and BenchmarkSnapshotsRedis's
-	// results (extauthz, against a real redis-server).
+	// results (decide, against a real redis-server).
 	Bench []gobench.Result `json:"bench"`
 	// Invalidation is the time from a redeploy that replica A sees to the
 	// first drift denial on replica B, which serves the server from a

@@ -97,7 +97,7 @@ func storeSection(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "capsnap replicas share their snapshots, the invalidations of changed tools and the calls that sequence rules need in one Redis (`cache/redis`, `snapshots.store: redis`). "+
 		"Every figure here is against a real %s on loopback, on the same cores as everything else.\n\n", orUnknown(r.Machine.Redis, "redis-server"))
 
-	fmt.Fprintf(b, "### The allowed Check in process (Go benchmarks, `extauthz`)\n\n")
+	fmt.Fprintf(b, "### The allowed Check in process (Go benchmarks, `decide`)\n\n")
 	fmt.Fprintf(b, "`BenchmarkCheckStore`: BenchmarkCheckAllowed's refund (its schema, two CEL constraints and the sequence rule refund after lookup_order) on the memory store and on the Redis store. "+
 		"With a new snapshot for each Check, the listing that mints it and the lookup_order its sequence rule wants are made outside the timer, each in a new agent session; on Redis, by replica A (a second store on the same Redis, in the same process), and the Check is replica B's first use of the snapshot. "+
 		"Stopping the timer and starting it again costs a Check something by itself (Go's StartTimer reads the memory statistics, which flushes the allocator's per-CPU caches): `memory_apart` is `memory` timed that way, and the new-snapshot cases compare with it.\n\n")
@@ -190,7 +190,7 @@ func storeSection(b *strings.Builder, r *Results) {
 func storeMethod(r *Results) string {
 	return fmt.Sprintf("**Shared snapshot store.** Each step that needs Redis, and each Go benchmark case, starts its own empty %s without persistence on a free loopback port; capsnap runs with `snapshots: {store: redis}`, a shared secret, a 1 s operation timeout, and otherwise as in the cases above. "+
 		"The timeout is capsnap's `snapshots.redis.timeout`, 200 ms by default: on a busy 2-core machine a Redis answer that late makes the store unavailable and every call denied `store_unavailable` (failing closed), which would fail the run; a figure within either timeout is the same. "+
-		"The Go benchmarks (`BenchmarkCheckStore`, `BenchmarkSnapshotsRedis` in `extauthz`) open cache/redis's store directly, with the same timeout, and are skipped without `$CAPSNAP_REDIS_SERVER`, which make bench sets. "+
+		"The Go benchmarks (`BenchmarkCheckStore`, `BenchmarkSnapshotsRedis` in `decide`) open cache/redis's store directly, with the same timeout, and are skipped without `$CAPSNAP_REDIS_SERVER`, which make bench sets. "+
 		"Through Envoy, capsnap on Redis and the two replicas share that step's redis-server under their own key prefixes; the two replicas are the capsnap cluster's two endpoints, round robin, without health checks.",
 		orUnknown(r.Machine.Redis, "redis-server"))
 }

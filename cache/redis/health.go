@@ -106,6 +106,14 @@ func (s *Store) fail(op string, err error) {
 
 func (s *Store) setErr(err error) { s.lastErr.Store(&err) }
 
+// healthyClient is the client, while the store is available.
+func (s *Store) healthyClient() (rueidis.Client, error) {
+	if !s.healthy.Load() {
+		return nil, s.unavailable()
+	}
+	return *s.client.Load(), nil
+}
+
 func (s *Store) unavailable() error {
 	return fmt.Errorf("%w: redis %s: %v", cache.ErrUnavailable, s.o.Addr, *s.lastErr.Load())
 }

@@ -28,10 +28,10 @@ type pendingInvalidation struct {
 // current returns the replica's view of the invalidations, re-reading it if
 // Redis said it moved.
 func (s *Store) current() (*view, rueidis.Client, error) {
-	if !s.healthy.Load() {
-		return nil, nil, s.unavailable()
+	c, err := s.healthyClient()
+	if err != nil {
+		return nil, nil, err
 	}
-	c := *s.client.Load()
 	if v := s.view.Load(); v != nil && s.synced.Load() == s.dirty.Load() {
 		return v, c, nil
 	}

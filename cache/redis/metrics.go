@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times this replica re-read the shared invalidations because Redis said they moved, or a connection dropped.",
 		}),
 	}
-	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem"} {
+	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem", "reserve", "release"} {
 		m.failures.WithLabelValues(op)
 	}
 	for _, k := range []string{kindSeq, kindInvalidation, kindSnapshot, kindLatest, kindRedemption} {

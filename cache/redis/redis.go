@@ -1,8 +1,9 @@
 // Package redis is the cache.Store that several capsnap replicas share,
 // kept in Redis (or Valkey): a snapshot minted on any replica is verified
 // on any other with the same verdict, a list_changed any replica sees voids
-// the changed tools' pins on all of them, and sequence rules see the calls
-// every replica allowed.
+// the changed tools' pins on all of them, sequence rules see the calls
+// every replica allowed, and budgets and rate limits count them
+// (counters.go).
 //
 // Every record carries a MAC under the secret the replicas share, so write
 // access to Redis alone cannot mint a snapshot, record a call or lower the
@@ -16,7 +17,8 @@
 // read through rueidis's cache, and the invalidation sequence is tracked,
 // so a replica re-reads the invalidations only when Redis tells it the
 // sequence moved. An allowed call whose snapshot a replica holds makes no
-// round trip, except that a sequence rule makes exactly one.
+// round trip, except that a sequence rule makes exactly one, and so does
+// each budget or rate limit.
 //
 // The store fails closed: when Redis cannot be reached, or answers slower
 // than Options.Timeout, every read and write returns cache.ErrUnavailable
@@ -127,7 +129,7 @@ var (
 	_ cache.Redemptions = (*Store)(nil)
 )
 
-type keys struct{ seq, inv, snap, latest, any, calls, redeemed string }
+type keys struct{ seq, inv, snap, latest, any, calls, redeemed, counter string }
 
 // Open returns a Store and starts probing Redis. It returns without
 // waiting for Redis: until Redis answers, the store is unavailable.
@@ -152,7 +154,7 @@ func Open(o Options) (*Store, error) {
 	p := o.KeyPrefix
 	s := &Store{
 		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
-		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:"},
+		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:", counter: p + "counter:"},
 		metrics: newMetrics(o.Registerer),
 	}
 	s.dirty.Store(1)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -107,4 +108,68 @@ func auditVerify(jwksFile string, live bool, files []string, stdout io.Writer) e
 	fmt.Fprintf(stdout, "%s: verified: %d lines%s (last seq %d), %d checkpoints signed by %s; %s\n",
 		strings.Join(files, ", "), rep.Lines, chains, rep.LastSeq, rep.Checkpoints, strings.Join(rep.KeyIDs, ", "), end)
 	return nil
+}
+
+// errNoMatch is audit query's answer when no line matched.
+var errNoMatch = errors.New("audit query: no line matched")
+
+// auditQuery prints the decision lines of files (stdin if none) that q,
+// bounded by since and until, matches. Exit 0: some matched; 1: none; 2:
+// usage, or a file that cannot be read.
+func auditQuery(q audit.Query, since, until string, files []string, stdin io.Reader, stdout io.Writer, now time.Time) error {
+	var err error
+	if q.Since, err = pointInTime(since, now); err != nil {
+		return usageError{fmt.Sprintf("audit query: --since: %v", err)}
+	}
+	if q.Until, err = pointInTime(until, now); err != nil {
+		return usageError{fmt.Sprintf("audit query: --until: %v", err)}
+	}
+	if q.Decision != "" && q.Decision != "allow" && q.Decision != "deny" {
+		return usageError{fmt.Sprintf("audit query: --decision %q is not allow or deny", q.Decision)}
+	}
+	matched := 0
+	read := func(name string, r io.Reader) error {
+		n, err := audit.Select(r, stdout, q)
+		matched += n
+		if err != nil {
+			return usageError{fmt.Sprintf("audit query: %s: %v", name, err)}
+		}
+		return nil
+	}
+	if len(files) == 0 {
+		if err := read("stdin", stdin); err != nil {
+			return err
+		}
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return usageError{fmt.Sprintf("audit query: %v", err)}
+		}
+		err = read(name, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if matched == 0 {
+		return errNoMatch
+	}
+	return nil
+}
+
+// pointInTime reads s as an RFC 3339 time or a duration before now; empty
+// is the zero time, no bound.
+func pointInTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a positive duration", s)
+	}
+	return now.Add(-d), nil
 }

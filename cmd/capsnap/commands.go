@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capsnap/capsnap/audit"
 	"github.com/capsnap/capsnap/config"
 )
 
@@ -171,26 +172,39 @@ SIGINT or SIGTERM; SIGHUP reloads the policy, never loosening it.`,
 }
 
 func newCheckCmd() *cobra.Command {
-	var path, envoyPath string
+	var (
+		path, envoyPath string
+		connect         bool
+		timeout         time.Duration
+	)
 	c := &cobra.Command{
-		Use:                   "check --config FILE [--envoy FILE]",
+		Use:                   "check --config FILE [--envoy FILE] [--connect [--timeout 30s]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Validate the configuration, policy and catalog files, then exit",
 		Long: `Validate the configuration, the policy and any catalog files without serving:
-exit 0 when they are valid, 1 when not. With --envoy and discovery.bind
+exit 0 when they are valid, 1 when not. The policy is held to the tools of
+the catalog files: a constraint or budget that reads an argument a tool's
+inputSchema does not declare is an error. With --connect every server is
+listed live, as serve would list it, and held to the same; a live tool the
+policy does not classify is an error too. With --envoy and discovery.bind
 delivered, warn (still exit 0) where that Envoy bootstrap would not send
 tools/list responses back to capsnap (the response path).`,
-		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
+		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --connect\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
 		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if path == "" {
-				return usageError{"check: exactly --config FILE is required, and --envoy FILE is optional"}
+				return usageError{"check: exactly --config FILE is required; --envoy FILE and --connect are optional"}
 			}
-			return check(path, envoyPath, c.OutOrStdout(), c.ErrOrStderr())
+			if timeout <= 0 {
+				return usageError{fmt.Sprintf("check: --timeout %s is not positive", timeout)}
+			}
+			return check(path, envoyPath, connect, timeout, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
 	c.Flags().StringVar(&envoyPath, "envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
+	c.Flags().BoolVar(&connect, "connect", false, "list every server live and hold the policy to its tools")
+	c.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "with --connect, how long every server has to list its tools")
 	return c
 }
 
@@ -239,15 +253,22 @@ func newPolicyCmd() *cobra.Command {
 }
 
 func newPolicyLintCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "lint FILE",
-		Short:   "Validate a policy file and print its warnings",
-		Example: "  capsnap policy lint policy.yaml",
+	var catalogs []string
+	c := &cobra.Command{
+		Use:   "lint FILE [--catalog SERVER=TOOLS_JSON]...",
+		Short: "Validate a policy file and print its warnings",
+		Long: `Validate a policy file and print its warnings. With --catalog, a server's
+tools/list result (as a catalog file holds it), every constraint and budget
+amount that reads an argument the tool's inputSchema does not declare is an
+error: exit 1. Warnings alone exit 0.`,
+		Example: "  capsnap policy lint policy.yaml\n  capsnap policy lint policy.yaml --catalog billing=billing-tools.json",
 		Args:    oneFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			return policyLint(args[0], c.OutOrStdout())
+			return policyLint(args[0], catalogs, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
+	c.Flags().StringArrayVar(&catalogs, "catalog", nil, "SERVER=FILE: hold the policy to the tools of a tools/list result (repeatable)")
+	return c
 }
 
 func newPolicyExplainCmd() *cobra.Command {
@@ -329,8 +350,8 @@ func newAuditCmd() *cobra.Command {
 	return group(&cobra.Command{
 		Use:     "audit",
 		Short:   "Work with the audit trail",
-		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl",
-	}, newAuditVerifyCmd())
+		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl\n  capsnap audit query --reason schema_drift --since 1h audit.jsonl",
+	}, newAuditVerifyCmd(), newAuditQueryCmd())
 }
 
 func newAuditVerifyCmd() *cobra.Command {
@@ -353,6 +374,36 @@ or edited, or a truncated end; 2: usage, or a file that cannot be read.`,
 	}
 	c.Flags().StringVar(&jwksFile, "jwks", "", "the JWKS of the keys that sign checkpoints (capsnap keys jwks)")
 	c.Flags().BoolVar(&live, "live", false, "the trail is still being written: accept a tail younger than the checkpoint interval")
+	return c
+}
+
+func newAuditQueryCmd() *cobra.Command {
+	var (
+		q            audit.Query
+		since, until string
+	)
+	c := &cobra.Command{
+		Use:                   "query [--principal P] [--server S] [--tool T] [--reason R] [--decision D] [--since T] [--until T] [AUDIT_FILE...]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Select decisions from an audit trail, as JSON lines",
+		Long: `Select the decision lines of an audit trail (its files in order, or stdin)
+that match every filter given, and print them as they are, one JSON line
+each. --since and --until take an RFC 3339 time or a duration back from now
+(1h), and bound the line's time to [since, until). Exit 0: at least one line
+matched; 1: none did; 2: usage, or a file that cannot be read.`,
+		Example: "  capsnap audit query --principal spiffe://acme/agent/support --since 24h audit.jsonl\n" +
+			"  capsnap audit query --decision deny --reason no_snapshot --server billing audit.jsonl.1 audit.jsonl | jq .detail",
+		RunE: func(c *cobra.Command, args []string) error {
+			return auditQuery(q, since, until, args, c.InOrStdin(), c.OutOrStdout(), time.Now())
+		},
+	}
+	c.Flags().StringVar(&q.Principal, "principal", "", "the principal, exactly")
+	c.Flags().StringVar(&q.Server, "server", "", "the server_id")
+	c.Flags().StringVar(&q.Tool, "tool", "", "the tool")
+	c.Flags().StringVar(&q.Reason, "reason", "", "the reason: ok, or a denial reason (docs/DENIALS.md)")
+	c.Flags().StringVar(&q.Decision, "decision", "", "allow or deny")
+	c.Flags().StringVar(&since, "since", "", "from this time (RFC 3339) or this long ago (a duration)")
+	c.Flags().StringVar(&until, "until", "", "before this time (RFC 3339) or this long ago (a duration)")
 	return c
 }
 

@@ -55,7 +55,7 @@ func newHop(cfg config.Config, log zerolog.Logger) (*hop, error) {
 		h.tls = s
 		serial, notAfter := s.Current()
 		log.Info().Strs("allowed_clients", s.Identities()).Str("serial", serial).Time("not_after", notAfter).
-			Dur("max_connection_age", h.maxAge).Msg("grpc_addr requires TLS with an allowed client certificate")
+			Int64("max_connection_age_ms", h.maxAge.Milliseconds()).Msg("grpc_addr requires TLS with an allowed client certificate")
 	} else if !config.Loopback(cfg.GRPCAddr) {
 		log.Warn().Str("grpc_addr", cfg.GRPCAddr).
 			Msg("grpc_addr is plaintext beyond loopback: whoever reaches it can send Checks naming any principal; set grpc_tls, or keep a mesh's mTLS and an authorization policy in front")

@@ -28,7 +28,7 @@ import (
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
-	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -46,7 +46,7 @@ func newAdminRig(t *testing.T, tokenFile string) *adminRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	rules, err := decide.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func newAdminRig(t *testing.T, tokenFile string) *adminRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	srv, err := extauthz.New(extauthz.Options{Catalog: cat, Servers: cat.Servers(), Rules: rules, Snapshots: store,
+	srv, err := decide.New(decide.Options{Catalog: cat, Servers: cat.Servers(), Rules: rules, Snapshots: store,
 		SnapshotTTL: time.Minute, Freshness: cfg.Catalog})
 	if err != nil {
 		t.Fatal(err)

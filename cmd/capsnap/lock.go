@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +102,22 @@ func countOf(n int, noun string) string {
 // then stops it and returns every tool. It gives up after timeout, naming
 // each server that has not listed and why.
 func liveTools(ctx context.Context, cfg config.Config, timeout time.Duration) ([]lockfile.Entry, error) {
+	lists, err := liveLists(ctx, cfg, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	var entries []lockfile.Entry
+	for _, id := range slices.Sorted(maps.Keys(lists)) {
+		for _, t := range lists[id].Tools {
+			entries = append(entries, lockfile.Entry{ServerID: id, Tool: t.Name, Digest: t.Digest, Definition: t.Definition})
+		}
+	}
+	return entries, nil
+}
+
+// liveLists lists every server of cfg through the sources serve uses, as
+// capsnap itself sees them, waiting at most timeout for all to answer.
+func liveLists(ctx context.Context, cfg config.Config, timeout time.Duration) (map[string]*catalog.List, error) {
 	srcs, err := sources(cfg, zerolog.Nop(), nil)
 	if err != nil {
 		return nil, err
@@ -137,13 +155,11 @@ func liveTools(ctx context.Context, cfg config.Config, timeout time.Duration) ([
 	case runErr = <-done:
 	}
 	if runErr != nil {
-		return nil, fmt.Errorf("lock: %w", runErr)
+		return nil, runErr
 	}
 
-	var (
-		entries  []lockfile.Entry
-		unsynced []string
-	)
+	lists := map[string]*catalog.List{}
+	var unsynced []string
 	for _, id := range cat.Servers() {
 		list, st, err := cat.Lookup(id)
 		if err != nil {
@@ -154,16 +170,14 @@ func liveTools(ctx context.Context, cfg config.Config, timeout time.Duration) ([
 			unsynced = append(unsynced, msg)
 			continue
 		}
-		for _, t := range list.Tools {
-			entries = append(entries, lockfile.Entry{ServerID: id, Tool: t.Name, Digest: t.Digest, Definition: t.Definition})
-		}
+		lists[id] = list
 	}
 	switch {
 	case len(unsynced) == 0:
-		return entries, nil
+		return lists, nil
 	case ctx.Err() != nil:
-		return nil, errors.New("lock: interrupted")
+		return nil, errors.New("interrupted")
 	default:
-		return nil, fmt.Errorf("lock: %s", strings.Join(unsynced, "; "))
+		return nil, errors.New(strings.Join(unsynced, "; "))
 	}
 }

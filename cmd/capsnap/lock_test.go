@@ -246,3 +246,50 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// check --connect lists a real Go SDK server and holds the policy to its
+// live tools: an argument its refund does not declare, a tool the policy
+// does not classify; without --connect nothing is asked of it.
+func TestCheckConnect(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1"}, nil)
+	nop := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}
+	srv.AddTool(&mcp.Tool{Name: "refund", InputSchema: map[string]any{
+		"type": "object", "properties": map[string]any{"order_id": map[string]any{"type": "string"}, "amount": map[string]any{"type": "number"}},
+	}}, nop)
+	srv.AddTool(&mcp.Tool{Name: "lookup_order", InputSchema: map[string]any{"type": "object"}}, nop)
+	srv.AddTool(&mcp.Tool{Name: "wipe_ledger", InputSchema: map[string]any{"type": "object"}}, nop)
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	policy, err := filepath.Abs("testdata/typo-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "capsnap.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("policy_file: %s\nservers:\n  - id: billing\n    url: %s/mcp\n", policy, ts.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	code, stdout, stderr := runCapsnap("check", "--config", cfg)
+	if code != exitOK || !strings.Contains(stdout, "ok (1 servers") {
+		t.Fatalf("check without --connect: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCapsnap("check", "--config", cfg, "--connect", "--timeout", "10s")
+	for _, want := range []string{
+		"tools[0].constraints[0].expr: reads args.amount_usd, which the input schema of billing/refund does not declare (it declares amount, order_id)",
+		"tools[0].budgets[0].amount: reads args.amount_usd",
+		`server billing serves tool "wipe_ledger", which the policy does not classify`,
+		"check: " + cfg + ": 3 errors",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("check --connect: stderr lacks %q", want)
+		}
+	}
+	if code != exitFailure || stdout != "" {
+		t.Errorf("check --connect: exit %d, stdout %q, want 1 and nothing\nstderr: %s", code, stdout, stderr)
+	}
+}

@@ -10,13 +10,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
 )
 
 // policyLint validates a policy file and prints its warnings; errors fail.
-func policyLint(file string, stdout io.Writer) error {
+func policyLint(file string, catalogs []string, stdout, stderr io.Writer) error {
 	p, err := policy.Load(file)
+	if err != nil {
+		return err
+	}
+	schemas, err := catalogSchemas(catalogs)
 	if err != nil {
 		return err
 	}
@@ -24,8 +29,45 @@ func policyLint(file string, stdout io.Writer) error {
 	for _, w := range warnings {
 		fmt.Fprintf(stdout, "%s: warning: %s\n", file, w)
 	}
+	errs := policy.LintArguments(p, schemas)
+	for _, e := range errs {
+		fmt.Fprintf(stderr, "%s: error: %s\n", file, e)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("policy lint: %s: %s", file, countOf(len(errs), "error"))
+	}
 	fmt.Fprintf(stdout, "%s: ok (policy %s, %d warnings)\n", file, p.Digest(), len(warnings))
 	return nil
+}
+
+// catalogSchemas reads each SERVER=FILE, a tools/list result as a catalog
+// file holds it, into the input schemas of the server's tools.
+func catalogSchemas(catalogs []string) (policy.InputSchemas, error) {
+	byTool := map[[2]string]json.RawMessage{}
+	for _, c := range catalogs {
+		server, path, ok := strings.Cut(c, "=")
+		if !ok || server == "" || path == "" {
+			return nil, usageError{fmt.Sprintf("policy lint: --catalog %q is not SERVER=FILE", c)}
+		}
+		defs, err := (&catalog.FileSource{Path: path}).Load()
+		if err != nil {
+			return nil, fmt.Errorf("policy lint: --catalog %s: %w", c, err)
+		}
+		for _, def := range defs {
+			var t struct {
+				Name        string          `json:"name"`
+				InputSchema json.RawMessage `json:"inputSchema"`
+			}
+			if err := json.Unmarshal(def, &t); err != nil {
+				return nil, fmt.Errorf("policy lint: --catalog %s: %w", c, err)
+			}
+			byTool[[2]string{server, t.Name}] = t.InputSchema
+		}
+	}
+	return func(server, tool string) (json.RawMessage, bool) {
+		s, ok := byTool[[2]string{server, tool}]
+		return s, ok && s != nil
+	}, nil
 }
 
 // explainOptions are policy explain's flags.
@@ -75,6 +117,14 @@ func explainedDenial(p *policy.Policy, principal, server, tool string, args map[
 	in := policy.Input{Args: args, Principal: principal, Server: server, Tool: tool}
 	for _, c := range d.Constraints {
 		if err := c.CheckInput(in); err != nil {
+			return fmt.Errorf("%w (%w)", errDenied, err)
+		}
+	}
+	// A budget's amount that cannot be counted on these arguments denies;
+	// whether it fits depends on the calls before it, which explain does
+	// not know.
+	for _, b := range d.Budgets {
+		if err := b.CheckInput(in); err != nil {
 			return fmt.Errorf("%w (%w)", errDenied, err)
 		}
 	}

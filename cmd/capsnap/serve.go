@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -30,10 +31,14 @@ import (
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/extauthz"
 	"github.com/capsnap/capsnap/extproc"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/tracing"
 )
 
 // healthServices are the grpc.health.v1 names capsnap answers for: the
@@ -46,12 +51,12 @@ const shutdownGrace = 10 * time.Second
 // check validates the configuration at path, and everything it names,
 // the way serve loads them; and the Envoy bootstrap at envoyPath, if any
 // (checkEnvoy).
-func check(path, envoyPath string, stdout, stderr io.Writer) error {
+func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	rules, err := decide.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
@@ -76,8 +81,60 @@ func check(path, envoyPath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), envoyNote)
+	problems, toolsNote, err := checkTools(cfg, rules.Policy, connect, timeout)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		fmt.Fprintf(stderr, "error: %s: %s\n", path, p)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check: %s: %s", path, countOf(len(problems), "error"))
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), toolsNote, envoyNote)
 	return nil
+}
+
+// checkTools holds the policy to the servers' tools: the catalog files',
+// and with connect every server's live list, fetched as serve would. Each
+// constraint or budget amount that reads an argument a tool's inputSchema
+// does not declare is a problem (it would deny every call at run time),
+// and with connect so is each live tool the policy does not classify
+// (every call to it is denied unclassified_tool).
+func checkTools(cfg config.Config, p *policy.Policy, connect bool, timeout time.Duration) (problems []string, note string, err error) {
+	if !connect {
+		// Without --connect nothing is asked of a server over the network.
+		cfg.Servers = slices.DeleteFunc(slices.Clone(cfg.Servers), func(s config.Server) bool { return s.CatalogFile == "" })
+	}
+	if len(cfg.Servers) == 0 {
+		return nil, "", nil
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	lists, err := liveLists(ctx, cfg, timeout)
+	if err != nil {
+		return nil, "", fmt.Errorf("check: %w", err)
+	}
+	schemas := func(server, tool string) (json.RawMessage, bool) {
+		t, ok := lists[server].Tools[tool]
+		return t.InputSchema, ok && t.InputSchema != nil
+	}
+	problems = policy.LintArguments(p, schemas)
+	tools := 0
+	for _, id := range slices.Sorted(maps.Keys(lists)) {
+		for _, name := range slices.Sorted(maps.Keys(lists[id].Tools)) {
+			tools++
+			_, err := p.Decide("", id, name)
+			if de, ok := deny.As(err); connect && ok && de.Reason == deny.UnclassifiedTool {
+				problems = append(problems, fmt.Sprintf("server %s serves tool %q, which the policy does not classify: every call to it is denied unclassified_tool", id, name))
+			}
+		}
+	}
+	how := "from catalog files"
+	if connect {
+		how = "listed live"
+	}
+	return problems, fmt.Sprintf(", %s %s", countOf(tools, "tool"), how), nil
 }
 
 // checkEnvoy checks that the Envoy bootstrap at path, if any, sends the
@@ -141,13 +198,17 @@ func serve(path string, stdout, stderr io.Writer) error {
 	}
 	defer closeAudit()
 
-	rules, err := extauthz.LoadRules(cfg.PolicyFile)
+	rules, err := decide.LoadRules(cfg.PolicyFile)
 	if err != nil {
 		return err
 	}
 	hop, err := newHop(cfg, log)
 	if err != nil {
 		return err
+	}
+	if observed := cfg.Observed(); len(observed) > 0 {
+		log.Warn().Strs("servers", observed).
+			Msg("OBSERVE MODE: capsnap decides, audits and counts every request to these servers and enforces nothing: a request it would deny passes, and a tools/list response reaches the agent unfiltered")
 	}
 	if cfg.Principal.Source == config.SourceHeader {
 		log.Warn().Str("header", cfg.Principal.Header).
@@ -163,7 +224,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The catalog reports changes to the server built on it below.
-	var srv *extauthz.Server
+	var srv *decide.Server
 	cat = catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
 		srv.CatalogChanged(id, prev, next, changed)
 	}})
@@ -173,7 +234,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.close()
-	srv, err = extauthz.New(extauthz.Options{
+	srv, err = decide.New(decide.Options{
 		Catalog:          cat,
 		Servers:          cat.Servers(),
 		Rules:            rules,
@@ -186,8 +247,10 @@ func serve(path string, stdout, stderr io.Writer) error {
 		Freshness:        cfg.Catalog,
 		Principal:        cfg.Principal,
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
+		Observe:          cfg.Observed(),
+		ReleaseOnError:   cfg.ReleasingOnError(),
 		Audit:            auditLog,
-		Metrics:          extauthz.NewMetrics(reg),
+		Metrics:          decide.NewMetrics(reg),
 		Envelope:         keys,
 		EnvelopeTTL:      cfg.Envelope.TTL,
 		Grants:           grants,
@@ -195,6 +258,19 @@ func serve(path string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+
+	tracer, stopTracing, err := tracing.New(context.Background(), cfg.Tracing, versionString())
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		// Spans still batched go out before exit, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn().Err(err).Msg("tracing: spans not exported at shutdown")
+		}
+	}()
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -212,8 +288,8 @@ func serve(path string, stdout, stderr io.Writer) error {
 		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
 		grpc.ForceServerCodecV2(checkcodec.Codec{}),
 		grpc.NumStreamWorkers(streamWorkers))...)
-	authv3.RegisterAuthorizationServer(gs, srv)
-	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv))
+	authv3.RegisterAuthorizationServer(gs, extauthz.New(srv, tracer))
+	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv, tracer))
 	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
 	// Envoy that health-checks its replicas sends a starting one no Check
 	// before it can decide them.
@@ -247,7 +323,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		if cfg.Drain > 0 {
 			// NOT_SERVING first: Envoy's health check moves new Checks to
 			// the other replicas before this one stops taking them.
-			log.Info().Dur("drain", cfg.Drain).Msg("shutting down: draining")
+			log.Info().Int64("drain_ms", cfg.Drain.Milliseconds()).Msg("shutting down: draining")
 			time.Sleep(cfg.Drain)
 		}
 		log.Info().Msg("shutting down: finishing in-flight checks")
@@ -284,7 +360,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 }
 
 // reloadOnHUP reloads the policy on SIGHUP, never loosening it.
-func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zerolog.Logger) {
+func reloadOnHUP(ctx context.Context, path string, srv *decide.Server, log zerolog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -293,12 +369,12 @@ func reloadOnHUP(ctx context.Context, path string, srv *extauthz.Server, log zer
 		case <-ctx.Done():
 			return
 		case <-hup:
-			extauthz.LogReload(log, "SIGHUP", path, srv)
+			decide.LogReload(log, "SIGHUP", path, srv)
 		}
 	}
 }
 
-func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Server, policyFile string, profiling bool, log zerolog.Logger) *http.ServeMux {
+func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *decide.Server, policyFile string, profiling bool, log zerolog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	if profiling {
 		// Registered by hand: net/http/pprof's init only fills
@@ -355,6 +431,9 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *extauthz.Serv
 		}
 		for _, u := range unbound {
 			fmt.Fprintln(w, "warning:", u)
+		}
+		for _, id := range srv.Observed() {
+			fmt.Fprintf(w, "warning: server %s is in observe mode: its denials are audited and counted, not enforced\n", id)
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

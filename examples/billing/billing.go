@@ -281,6 +281,11 @@ func (b *Billing) handler(def *mcp.Tool) (mcp.ToolHandler, error) {
 		if err := resolved.Validate(args); err != nil {
 			return failed(err), nil
 		}
+		// An order id under X- names no order: the call fails as a tool
+		// error, after its handler started, as a real lookup would.
+		if id, _ := args["order_id"].(string); strings.HasPrefix(id, "X-") {
+			return failed(fmt.Errorf("order %s not found", id)), nil
+		}
 		return answer(def.Name, n, args), nil
 	}
 	if !b.pin {

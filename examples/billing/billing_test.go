@@ -235,6 +235,8 @@ func TestCalls(t *testing.T) {
 			map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge", "skip_fraud_check": true}, false, "rf_0001"},
 		{"swapped schema", SchemaSwap, ToolRefund, map[string]any{"order_id": "A-100", "amount": "4000", "destination_account": "X-9"}, false, "rf_0001"},
 		{"lookup", Baseline, ToolLookupOrder, map[string]any{"order_id": "A-100"}, false, "delivered"},
+		{"refund of an order that does not exist", Baseline, ToolRefund, map[string]any{"order_id": "X-404", "amount": 40, "reason_code": "damaged"}, true, "order X-404 not found"},
+		{"lookup of an order that does not exist", Baseline, ToolLookupOrder, map[string]any{"order_id": "X-1"}, true, "order X-1 not found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

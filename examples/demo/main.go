@@ -2,8 +2,8 @@
 // MCP servers (billing and payments), capsnap and a real Envoy on the demo
 // ports, then acts as agents on the official MCP Go SDK and prints each
 // decision and why, through the seed's worked refund example, its policy
-// (a USD 250 cap, a reason allowlist, refund only after lookup) and its
-// drift denial.
+// (a USD 250 cap, a reason allowlist, refund only after lookup), its drift
+// denial, and a daily cap that spans calls.
 package main
 
 import (
@@ -36,6 +36,24 @@ const (
 )
 
 var refundA100 = map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}
+
+// dailyCap is the seed's "daily cap": USD 500 of refunds per agent per
+// 24h, summed over its calls, on top of the USD 250 a call.
+const dailyCap = `    budgets:
+      - name: daily_refunds
+        amount: args.amount
+        limit: 500
+        window: 24h
+`
+
+// withDailyCap is policy with dailyCap on billing's refund.
+func withDailyCap() ([]byte, error) {
+	const after = "        message: \"reason_code must be duplicate_charge, not_received or damaged\"\n"
+	if strings.Count(string(policy), after) != 1 {
+		return nil, errors.New("policy.yaml: billing's refund rule is not where the daily cap goes")
+	}
+	return []byte(strings.Replace(string(policy), after, after+dailyCap, 1)), nil
+}
 
 func main() {
 	capsnapBin := flag.String("capsnap", "bin/capsnap", "capsnap binary")
@@ -132,6 +150,24 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	fmt.Printf("  new snapshot %s\n", agent.Epoch())
 	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
 	call(ctx, cs, "refund", refundA100)
+
+	step("The operator adds a daily cap: USD 500 of refunds per agent per 24h (a tightening, so a reload takes it)")
+	capped, err := withDailyCap()
+	if err != nil {
+		return err
+	}
+	if err := s.ReloadPolicy(ctx, capped); err != nil {
+		return err
+	}
+	call(ctx, cs, "refund", refundA100)
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	fmt.Printf("  the agent lists again: snapshot %s, under the capped policy\n", agent.Epoch())
+	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
+	for range 3 {
+		call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 200, "reason_code": "damaged"})
+	}
 
 	step("Another agent replays the support agent's snapshot")
 	thief := testbed.NewAgent(readonlyAgent)
@@ -239,6 +275,12 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		SnapshotDigest string   `json:"snapshot_digest"`
 		LiveDigest     string   `json:"live_digest"`
 		AllowedTools   []string `json:"allowed_tools"`
+		Limit          *struct {
+			Name              string  `json:"name"`
+			Limit             float64 `json:"limit"`
+			Used              float64 `json:"used"`
+			RetryAfterSeconds int64   `json:"retry_after_seconds"`
+		} `json:"limit"`
 	}
 	_ = json.Unmarshal(werr.Data, &data)
 	kind := ""
@@ -251,6 +293,9 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 	fmt.Printf("         the agent's SDK returns: JSON-RPC error %d %q, data.reason %q, data.return_to %q", werr.Code, werr.Message, data.Reason, data.ReturnTo)
 	if len(data.AllowedTools) > 0 {
 		fmt.Printf(", data.allowed_tools %v", data.AllowedTools)
+	}
+	if l := data.Limit; l != nil {
+		fmt.Printf(", data.limit %s: %v of %v used, retry in %s", l.Name, l.Used, l.Limit, time.Duration(l.RetryAfterSeconds)*time.Second)
 	}
 	fmt.Println()
 }

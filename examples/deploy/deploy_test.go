@@ -41,12 +41,13 @@ import (
 )
 
 // knownMetrics is every metric family capsnap registers on /metrics, with
-// its type. It must match what capsnap registers (extauthz, catalog, cache
+// its type. It must match what capsnap registers (decide, catalog, cache
 // and cmd/capsnap); until the test of the metrics wiring scrapes the real
 // registry, this list is the contract the alerts and the dashboard are held
 // to. Replace it with that scrape, not with a second copy.
 var knownMetrics = map[string]string{
 	"capsnap_decisions_total":              "counter",
+	"capsnap_limit_decisions_total":        "counter",
 	"capsnap_check_duration_seconds":       "histogram",
 	"capsnap_snapshots_minted_total":       "counter",
 	"capsnap_snapshots_active":             "gauge",
@@ -1852,8 +1853,10 @@ func TestPrometheusRules(t *testing.T) {
 
 	// The alerts the brief asks for, each found by what it must watch.
 	for what, re := range map[string]string{
-		"capsnap down":         `\bup\{job="capsnap"\} == 0`,
-		"drift spike":          `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason=~"` + strings.Join(driftReasons, `\|`) + `"`,
+		"capsnap down": `\bup\{job="capsnap"\} == 0`,
+		"drift spike":  `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason=~"` + strings.Join(driftReasons, `\|`) + `"`,
+		// Every other reason, 200-mode denials included.
+		"denial spike":         `rate\(capsnap_decisions_total\{[^}]*decision="deny"[^}]*reason!~"` + strings.Join(driftReasons, `\|`) + `"`,
 		"stale catalog":        `capsnap_catalog_staleness_seconds`,
 		"refreshes failing":    `capsnap_catalog_refreshes_total\{[^}]*result="error"`,
 		"policy reload failed": `increase\(capsnap_policy_reloads_total\{[^}]*result=~"invalid\|refused_loosening"\}\[10m\]\)\) > 0`,

@@ -12,7 +12,7 @@ import (
 	"github.com/capsnap/capsnap/bench/gobench"
 )
 
-// scalePattern selects the scale benchmarks (extauthz/bench_test.go);
+// scalePattern selects the scale benchmarks (decide/bench_test.go);
 // the hot-path run skips them.
 const scalePattern = "^(BenchmarkCheckCatalogSize|BenchmarkSnapshotsLive)$"
 
@@ -21,7 +21,7 @@ const scalePattern = "^(BenchmarkCheckCatalogSize|BenchmarkSnapshotsLive)$"
 func (h *harness) scale(ctx context.Context) error {
 	res, err := gobench.Run{
 		Dir: ".", Log: filepath.Join(h.logs, "go-bench-scale.log"),
-		Bench: scalePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./extauthz"},
+		Bench: scalePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./decide"},
 	}.Do(ctx)
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 // profileSpec is the Go benchmark that shows where a target's cost goes.
 type profileSpec struct {
 	what  string
-	bench string // go test -bench pattern, in ./extauthz
+	bench string // go test -bench pattern, in ./decide
 	file  string // under the out directory
 	// mem profiles allocations (-memprofile) instead of CPU time.
 	mem bool
@@ -104,14 +104,14 @@ func (h *harness) judge(ctx context.Context) error {
 // profile runs spec's benchmark under the profiler and reads its top.
 func (h *harness) profile(ctx context.Context, spec profileSpec) (*report.Profile, error) {
 	file := filepath.Join(h.o.out, spec.file)
-	binary := filepath.Join(h.o.out, "extauthz.test")
+	binary := filepath.Join(h.o.out, "decide.test")
 	flag := "-cpuprofile"
 	if spec.mem {
 		flag = "-memprofile"
 	}
 	run := gobench.Run{
 		Dir: ".", Log: filepath.Join(h.logs, "go-bench-"+strings.TrimSuffix(spec.file, ".pprof")+".log"),
-		Bench: spec.bench, Args: []string{"-benchtime", "3s", flag, file, "-o", binary, "-timeout", "20m"}, Pkgs: []string{"./extauthz"},
+		Bench: spec.bench, Args: []string{"-benchtime", "3s", flag, file, "-o", binary, "-timeout", "20m"}, Pkgs: []string{"./decide"},
 	}
 	res, err := run.Do(ctx)
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 // (cache/redis, snapshots.store: redis).
 
 // storePattern selects the shared store's Go benchmarks
-// (extauthz/store_bench_test.go); the hot-path run skips them.
+// (decide/store_bench_test.go); the hot-path run skips them.
 const storePattern = "^(BenchmarkCheckStore|BenchmarkSnapshotsRedis)$"
 
 // findRedis finds redis-server as the tests do, through
@@ -71,7 +71,7 @@ func redisVersion(bin string) string {
 func (h *harness) storeBenchmarks(ctx context.Context) error {
 	res, err := gobench.Run{
 		Dir: ".", Log: filepath.Join(h.logs, "go-bench-store.log"),
-		Bench: storePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./extauthz"},
+		Bench: storePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./decide"},
 	}.Do(ctx)
 	if err != nil {
 		return err

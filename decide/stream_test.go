@@ -1,0 +1,100 @@
+package decide
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/capsnap/capsnap/deny"
+)
+
+// Every answer that is not a tools/list's own passes byte for byte but for
+// each listing in it, which is withheld: a JSON-RPC error for its id in its
+// place, whatever stream or batch it came in.
+func TestScreen(t *testing.T) {
+	const (
+		listing  = `{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`
+		callText = `{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"the tools you have"}]}}`
+		sse      = "text/event-stream"
+	)
+	withheldFor := func(id string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`
+	}
+	tests := []struct {
+		name        string
+		head        ResponseHead
+		content     string
+		want        []string // substrings of the result, in order; nil: unchanged
+		withheld    int
+		notIncluded string
+	}{
+		{name: "a call's result naming tools in its text", head: okJSON, content: callText},
+		{name: "a notification", head: ResponseHead{Status: 200, ContentType: sse},
+			content: "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"},
+		{name: "an error", head: okJSON, content: `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`},
+		{name: "not JSON-RPC by its type", head: ResponseHead{Status: 200, ContentType: "text/html"}, content: listing},
+		{name: "a listing on another request's JSON answer", head: okJSON, content: listing,
+			want: []string{withheldFor("7")}, withheld: 1, notIncluded: "ghost"},
+		{name: "a listing in a batch beside a call's result", head: okJSON, content: "[" + callText + " , " + listing + "]",
+			want: []string{"[" + callText + ",", withheldFor("7")}, withheld: 1, notIncluded: "ghost"},
+		{name: "a listing replayed on the GET stream", head: ResponseHead{Status: 200, ContentType: sse},
+			content: "id: e1\ndata: " + callText + "\n\nid: e2\nevent: message\ndata: " + listing + "\n\n",
+			want:    []string{"id: e1\ndata: " + callText + "\n\nid: e2\nevent: message\ndata: " + withheldFor("7")}, withheld: 1, notIncluded: "ghost"},
+		{name: "tools in another letter case", head: okJSON, content: `{"jsonrpc":"2.0","id":"x","result":{"TOOLS":[]}}`,
+			want: []string{withheldFor(`"x"`)}, withheld: 1},
+		{name: "a listing with no id", head: okJSON, content: `{"jsonrpc":"2.0","result":{"tools":[]}}`,
+			want: []string{withheldFor("null")}, withheld: 1},
+		{name: "malformed, naming tools", head: okJSON, content: `{"jsonrpc":"2.0","id":7,"result":{"tools":[]},"result":{}}`,
+			want: []string{withheldFor("null")}, withheld: 1},
+		{name: "an event split by a lone CR, naming tools", head: ResponseHead{Status: 200, ContentType: sse}, content: "data: " + listing + "\r\r\n",
+			want: []string{"event: message\ndata: " + withheldFor("null")}, withheld: 1, notIncluded: "ghost"},
+		{name: "a truncated event naming tools", head: ResponseHead{Status: 200, ContentType: sse}, content: "data: " + listing,
+			want: []string{"event: message\ndata: " + withheldFor("null")}, withheld: 1, notIncluded: "ghost"},
+		{name: "compressed", head: ResponseHead{Status: 200, ContentType: jsonHead, ContentEncoding: "br"}, content: "\x1f",
+			want: []string{withheldFor("null")}, withheld: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			got := f.Screen("billing", tt.head, []byte(tt.content))
+			if tt.want == nil {
+				if string(got) != tt.content {
+					t.Fatalf("changed:\n%s\nwas\n%s", got, tt.content)
+				}
+			}
+			rest := string(got)
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("result %s\nlacks %s", got, w)
+				}
+				rest = rest[i+len(w):]
+			}
+			if tt.notIncluded != "" && bytes.Contains(got, []byte(tt.notIncluded)) {
+				t.Errorf("result %s still holds %s", got, tt.notIncluded)
+			}
+			if n := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues("billing", string(deny.ListingUnbound))); int(n) != tt.withheld {
+				t.Errorf("deliveries_total{billing,listing_unbound} = %v, want %d", n, tt.withheld)
+			}
+			lines := 0
+			for _, l := range bytes.Split(bytes.TrimSpace(f.audit.Bytes()), []byte("\n")) {
+				var m map[string]any
+				if len(l) == 0 {
+					continue
+				}
+				if err := json.Unmarshal(l, &m); err != nil {
+					t.Fatalf("audit line %s: %v", l, err)
+				}
+				if m["reason"] == string(deny.ListingUnbound) && m["decision"] == "deny" && m["server_id"] == "billing" && m["phase"] == "response" {
+					lines++
+				}
+			}
+			if lines != tt.withheld {
+				t.Errorf("%d listing_unbound audit lines, want %d:\n%s", lines, tt.withheld, f.audit.Bytes())
+			}
+		})
+	}
+}
