@@ -23,7 +23,10 @@ func TestMarkdownGolden(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	got := Markdown(&r, "docs/benchmarks-latency.svg")
+	got, err := Markdown(&r, "docs/benchmarks-latency.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if *update {
 		if err := os.WriteFile("testdata/BENCHMARKS.md", got, 0o644); err != nil {
 			t.Fatal(err)

@@ -119,7 +119,7 @@ func TestMarkdown(t *testing.T) {
 		{Part: "the decision", Capsnap: 30 * time.Microsecond},
 		{Part: "decoding the request", Capsnap: 20 * time.Microsecond, Floor: 25 * time.Microsecond},
 	}}}
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r, "docs/benchmarks-latency.svg")
 	for _, want := range []string{
 		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",
 		"![p50 and p99 latency per server and concurrency](docs/benchmarks-latency.svg)",
@@ -209,7 +209,7 @@ func delivery() Delivery {
 func TestDeliverySection(t *testing.T) {
 	r := sample()
 	r.Delivery = delivery()
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r, "docs/benchmarks-latency.svg")
 	for _, want := range []string{
 		"## tools/list through the response path",
 		"`testbed/cmd/mcpfixture -mode json,tools=225`", "grants it 12", "`discovery: {bind: catalog}`",
@@ -230,7 +230,7 @@ func TestDeliverySection(t *testing.T) {
 	if tg := target(t, r, TargetDelivery); tg.Status != Met {
 		t.Errorf("delivery: %+v", tg)
 	}
-	if md := string(Markdown(sample(), "x.svg")); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
+	if md := markdown(t, sample(), "x.svg"); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
 		t.Error("a run without the delivery step does not say so")
 	}
 }
@@ -246,7 +246,7 @@ func TestDeliveryCPU(t *testing.T) {
 	}
 	r.Delivery.WithoutCPU = cpu(800*time.Microsecond, 750*time.Microsecond, 3200*time.Microsecond, 1500*time.Microsecond)
 	r.Delivery.WithCPU = cpu(1300*time.Microsecond, 2100*time.Microsecond, 3500*time.Microsecond, 400*time.Microsecond)
-	mustContain(t, string(Markdown(r, "x.svg")),
+	mustContain(t, markdown(t, r, "x.svg"),
 		"### Where a listing's CPU goes",
 		"| mode | Envoy | capsnap | mcpfixture | the load | all |",
 		"| without the response path | 800 µs | 750 µs | 3.20 ms | 1.50 ms | 6.25 ms |",
@@ -254,7 +254,7 @@ func TestDeliveryCPU(t *testing.T) {
 		"| added by the response path | +500 µs | +1.35 ms | +300 µs | −1.10 ms | +1.05 ms |",
 	)
 	r.Delivery.WithCPU = nil
-	if md := string(Markdown(r, "x.svg")); strings.Contains(md, "Where a listing's CPU goes") {
+	if md := markdown(t, r, "x.svg"); strings.Contains(md, "Where a listing's CPU goes") {
 		t.Error("a CPU table without the figures of both Envoys")
 	}
 }
@@ -275,14 +275,14 @@ func TestEnvoyCPU(t *testing.T) {
 	for i := range r.Envoy {
 		r.Envoy[i].CPU = byProcess[r.Envoy[i].Mode]
 	}
-	mustContain(t, string(Markdown(r, "x.svg")),
+	mustContain(t, markdown(t, r, "x.svg"),
 		"### Where a call's CPU goes",
 		"| mode | Envoy | billing | the authorizer | the load | all |",
 		"| "+ModeNone+" | 200 µs | 450 µs | – | 220 µs | 870 µs |",
 		"| "+ModeCapsnap+" | 390 µs | 460 µs | 160 µs | 240 µs | 1.25 ms |",
 		"| capsnap − floor | +60 µs | −10 µs | +50 µs | +10 µs | +110 µs |",
 	)
-	if md := string(Markdown(sample(), "x.svg")); strings.Contains(md, "Where a call's CPU goes") {
+	if md := markdown(t, sample(), "x.svg"); strings.Contains(md, "Where a call's CPU goes") {
 		t.Error("a CPU table without figures")
 	}
 }
@@ -329,7 +329,7 @@ func withStore(r *Results) *Results {
 
 func TestStoreSections(t *testing.T) {
 	r := withStore(sample())
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r, "docs/benchmarks-latency.svg")
 	for _, want := range []string{
 		"## Shared snapshot store (issue 15): figures, no targets",
 		"| the allowed Check on the Redis store, snapshot held | `BenchmarkCheckStore/redis`",
@@ -356,7 +356,7 @@ func TestStoreSections(t *testing.T) {
 	if tg := target(t, r, TargetMemory); !strings.Contains(tg.Measured, "Redis: 1028 B/snapshot → 0.96 GiB") {
 		t.Errorf("memory: %+v", tg)
 	}
-	md = string(Markdown(sample(), "x.svg"))
+	md = markdown(t, sample(), "x.svg")
 	if strings.Contains(md, ModeRedis) || !strings.Contains(md, "| the allowed Check on the Redis store, snapshot held |") ||
 		!strings.Contains(md, "not run (memory store: not run)") {
 		t.Error("a run without the shared store's steps does not say so")
@@ -384,7 +384,7 @@ func TestEnvelopeSection(t *testing.T) {
 		bench("envelope", BenchGrantMint, map[string]float64{"ns/op": 140000, "allocs/op": 235}),
 		bench("envelope", BenchGrantSeal, map[string]float64{"ns/op": 2000, "allocs/op": 10}))
 	r.EnvelopeHeaderBytes, r.GrantEnvelopeHeaderBytes, r.GrantHeaderBytes = 612, 280, 1100
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r, "docs/benchmarks-latency.svg")
 	mustContain(t, md,
 		"## Signed envelope (issue 16)",
 		"| envelope off | 7.00 µs | 2000 | 22 |",
@@ -407,10 +407,20 @@ func TestEnvelopeSection(t *testing.T) {
 	if strings.Contains(md, "| concurrency | capsnap | floor (noop) | OPA-Envoy | capsnap + envelope") {
 		t.Error("the envelope's capsnap is in the main gRPC tables")
 	}
-	md = string(Markdown(sample(), "x.svg"))
+	md = markdown(t, sample(), "x.svg")
 	if !strings.Contains(md, "### In process (`BenchmarkCheckEnvelope`, `decide`)\n\nNot run") || !strings.Contains(md, "### Over gRPC\n\nNot run.\n") {
 		t.Error("a run without the envelope's figures does not say so")
 	}
+}
+
+// markdown is BENCHMARKS.md of r.
+func markdown(t *testing.T, r *Results, svgPath string) string {
+	t.Helper()
+	b, err := Markdown(r, svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // mustContain fails t for each of wants that md lacks.
@@ -426,7 +436,7 @@ func mustContain(t *testing.T, md string, wants ...string) {
 // ghz no longer runs, and the report says why the load is not ghz and
 // why ghz is not run beside it.
 func TestGhzSection(t *testing.T) {
-	mustContain(t, string(Markdown(sample(), "chart.svg")),
+	mustContain(t, markdown(t, sample(), "chart.svg"),
 		"See [The load, and ghz](#the-load-and-ghz)", "### The load, and ghz", "it no longer runs", "shares the 2 cores")
 }
 

@@ -23,5 +23,9 @@ func (h *harness) write(context.Context) error {
 	if err := os.WriteFile(h.o.svg, svg, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(h.o.report, report.Markdown(&h.results, h.o.svg), 0o644)
+	md, err := report.Markdown(&h.results, h.o.svg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(h.o.report, md, 0o644)
 }
