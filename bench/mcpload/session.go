@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // ProtocolVersion is the MCP version the sessions speak: one message per
@@ -34,18 +35,24 @@ type Session struct {
 	header http.Header
 }
 
-// Open starts a session on url (Envoy's route to the MCP server) sending
-// header with every request, and lists tools once.
-func Open(ctx context.Context, url string, header map[string]string) (*Session, error) {
+// Dial is a connection to url that posts with header, for stateless
+// requests (no session): one connection, kept alive, as one agent's.
+func Dial(url string, header map[string]string) *Session {
 	s := &Session{
-		// One connection per session, kept alive: a worker is one agent.
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
+		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
 		url:    url,
 		header: http.Header{},
 	}
 	for k, v := range header {
 		s.header.Set(k, v)
 	}
+	return s
+}
+
+// Open starts a session on url (Envoy's route to the MCP server) sending
+// header with every request, and lists tools once.
+func Open(ctx context.Context, url string, header map[string]string) (*Session, error) {
+	s := Dial(url, header)
 	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"capsnap-bench","version":"1"}}}`, ProtocolVersion)
 	r, err := s.Post(ctx, []byte(init))
 	if err != nil {
@@ -97,6 +104,7 @@ type Reply struct {
 	// header, or the JSON-RPC error's data.reason (pincheck's
 	// handler_drift).
 	Reason string
+	Body   []byte
 }
 
 // OK is a 2xx answer that is not an error.
@@ -133,7 +141,7 @@ func (s *Session) Post(ctx context.Context, body []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, fmt.Errorf("POST %s: %w", s.url, err)
 	}
-	r := Reply{Status: resp.StatusCode, Header: resp.Header}
+	r := Reply{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	r.Error, r.Reason = replyError(resp.Header.Get("Content-Type"), b)
 	if r.Status/100 != 2 && r.Error == "" {
 		r.Error = strings.TrimSpace(string(b))

@@ -19,46 +19,39 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
-func TestWithoutExtAuthz(t *testing.T) {
-	out, err := withoutExtAuthz(envoy.Demo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(out)
-	if strings.Contains(s, "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n") || strings.Contains(s, "cluster_name: capsnap\n                timeout") {
-		t.Fatalf("the ext_authz filter is still there:\n%s", s)
-	}
-	for _, keep := range []string{"envoy.filters.http.router", "prefix: \"/billing/\"", "cluster: billing", "json_format"} {
-		if !strings.Contains(s, keep) {
-			t.Errorf("lost %q", keep)
+// Each filter goes, alone: the other HTTP filters, the routes and the
+// clusters stay.
+func TestWithoutFilter(t *testing.T) {
+	for _, tc := range []struct {
+		filter     string
+		gone, kept []string
+	}{
+		{extAuthzFilter, []string{"v3.ExtAuthz\n"}, []string{"name: " + extProcFilter, "envoy.filters.http.router", "prefix: /billing/", "cluster: billing", "json_format"}},
+		{extProcFilter, []string{"ExternalProcessor"}, []string{"name: " + extAuthzFilter, "envoy.filters.http.router", "server_id: billing", "cluster: billing"}},
+	} {
+		out, err := withoutFilter(envoy.Demo, tc.filter)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := withoutExtAuthz(out); err == nil {
-		t.Fatal("removed an ext_authz filter from a configuration without one")
-	}
-}
-
-func TestWithoutExtProc(t *testing.T) {
-	out, err := withoutExtProc(envoy.Demo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(out)
-	if strings.Contains(s, extProcFilter) || strings.Contains(s, "ExternalProcessor") {
-		t.Fatalf("the response path is still there:\n%s", s)
-	}
-	for _, keep := range []string{extAuthzFilter, "envoy.filters.http.router", "context_extensions: {server_id: billing}", "cluster: billing"} {
-		if !strings.Contains(s, keep) {
-			t.Errorf("lost %q", keep)
+		s := string(out)
+		for _, gone := range append(tc.gone, "name: "+tc.filter+"\n") {
+			if strings.Contains(s, gone) {
+				t.Errorf("without %s: %q is still there", tc.filter, gone)
+			}
 		}
-	}
-	if _, err := withoutExtProc(out); err == nil {
-		t.Fatal("removed an ext_proc filter from a configuration without one")
+		for _, keep := range tc.kept {
+			if !strings.Contains(s, keep) {
+				t.Errorf("without %s: lost %q", tc.filter, keep)
+			}
+		}
+		if _, err := withoutFilter(out, tc.filter); err == nil {
+			t.Errorf("removed %s from a configuration without one", tc.filter)
+		}
 	}
 }
 
 func TestWithEndpoints(t *testing.T) {
-	out, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9011"})
+	out, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9001", "127.0.0.1:9011"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +94,8 @@ func TestWithEndpoints(t *testing.T) {
 	if !slices.Equal(ports["capsnap"], []int{9001, 9011}) || !slices.Equal(ports["billing"], []int{8081}) {
 		t.Fatalf("endpoints %v", ports)
 	}
-	if _, err := withEndpoints(out, []string{"127.0.0.1:9021"}); err == nil {
-		t.Fatal("added to a capsnap cluster that already has two endpoints")
+	if _, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9021", "127.0.0.1:9011"}); err == nil {
+		t.Fatal("added to an endpoint the capsnap cluster does not have")
 	}
 }
 
@@ -283,9 +276,9 @@ func TestCPUTally(t *testing.T) {
 func TestTakeTurns(t *testing.T) {
 	var order []int
 	tallies := []*cpuTally{newCPUTally(theLoad()), newCPUTally(theLoad())}
-	res, err := takeTurns(tallies, func(i int) (mcpload.Sample, error) {
+	res, err := takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
 		order = append(order, i)
-		return mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, nil
+		return calls(mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, nil)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -293,15 +286,16 @@ func TestTakeTurns(t *testing.T) {
 	if !slices.Equal(order, turnOrder(2)) {
 		t.Fatalf("turns %v, want %v", order, turnOrder(2))
 	}
-	for i, r := range res {
+	for i, samples := range res {
+		r := mcpload.Summarize(samples...)
 		if r.Calls != turns || r.P50 != time.Duration(i+1)*time.Millisecond || r.Elapsed != turns*time.Second || tallies[i].calls != turns {
 			t.Errorf("contender %d: %+v, %d calls tallied", i, r, tallies[i].calls)
 		}
 	}
 	n := 0
-	if _, err := takeTurns(tallies, func(int) (mcpload.Sample, error) {
+	if _, err := takeTurns(tallies, func(int) (mcpload.Sample, int, error) {
 		n++
-		return mcpload.Sample{}, fmt.Errorf("refused")
+		return calls(mcpload.Sample{}, fmt.Errorf("refused"))
 	}); err == nil || n != 1 {
 		t.Fatalf("a failed turn: %v after %d turns", err, n)
 	}

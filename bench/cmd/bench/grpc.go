@@ -46,42 +46,35 @@ type grpcTarget struct {
 	data string
 }
 
-// checkOverGRPC loads capsnap, the floor, OPA-Envoy and a second capsnap
-// that signs the envelope of every allowed call with the same allowed
-// refund CheckRequest at every concurrency (the second capsnap's under
-// its own snapshot), the servers taking turns at each so that a noisy
-// spell hits them alike.
+// checkOverGRPC loads capsnap, the floor, OPA-Envoy and two more capsnaps
+// that send the envelope of every allowed call, signed whole and under a
+// grant, with the same allowed refund CheckRequest at every concurrency
+// (the envelope capsnaps' under their own snapshots), the servers taking
+// turns at each so that a noisy spell hits them alike.
 func (h *harness) checkOverGRPC(ctx context.Context) error {
-	h.results.Method.Concurrencies = concurrencies
-	h.results.Method.GRPCRun = h.o.grpcRun
-	h.results.Method.GRPCWarmup = warmupRequests
-	h.results.Method.ProfileWindow = profileWindow
-	h.results.Method.RequestBody = refundBody
+	m := &h.results.Method
+	m.Concurrencies, m.GRPCRun, m.GRPCWarmup, m.ProfileWindow, m.RequestBody = concurrencies, h.o.grpcRun, warmupRequests, profileWindow, refundBody
 
-	var done cleanups
-	defer done.run()
-	billing, billingURL, err := h.startBilling(ctx, "billing-grpc", true)
+	_, billingURL, err := h.startBilling(ctx, "billing-grpc", true)
 	if err != nil {
 		return err
 	}
-	done.add(func() { h.stop(billing) })
-	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, report.Capsnap, &done)
+	capsnap, epoch, err := h.capsnapTarget(ctx, billingURL, report.Capsnap)
 	if err != nil {
 		return err
 	}
 	// The refund under the snapshot capsnap minted, which OPA's data
-	// names too.
+	// names too: the same bytes to each of the three.
 	req := checkRequest(refundBody, epoch)
-	floor, err := h.floorTarget(ctx, req, &done)
+	floor, err := h.floorTarget(ctx, req)
 	if err != nil {
 		return err
 	}
-	opa, err := h.opaTarget(ctx, req, epoch, &done)
+	opa, err := h.opaTarget(ctx, req, epoch)
 	if err != nil {
 		return err
 	}
-	// The same bytes are sent to each of the three.
-	data, err := h.writeRequest("check-request.json", req)
+	data, err := writeRequest("check-request.json", req)
 	if err != nil {
 		return err
 	}
@@ -90,7 +83,7 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 		targets[i].req, targets[i].data = req, data
 	}
 	for _, form := range []string{report.CapsnapEnvelope, report.CapsnapGrant} {
-		t, err := h.envelopeTarget(ctx, billingURL, form, &done)
+		t, err := h.envelopeTarget(ctx, billingURL, form)
 		if err != nil {
 			return err
 		}
@@ -125,44 +118,34 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 // and checks that it denies what the policy forbids. With an envelope,
 // capsnap signs the envelope of every allowed call with a key written for
 // it; under a grant, billing has a grant key written for it too.
-func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, done *cleanups) (grpcTarget, string, error) {
+func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string) (grpcTarget, string, error) {
 	// The load talks to capsnap directly, with no Envoy and so no response
 	// path: the snapshot the Checks name is minted at the tools/list
 	// Check, from capsnap's view of the catalog.
-	policy, err := os.ReadFile(demoPolicy)
-	if err != nil {
-		return grpcTarget{}, "", err
-	}
-	name, extra, grantKey := "capsnap-grpc", "discovery: {bind: catalog}\n", ""
+	spec := capsnapSpec{name: "capsnap-grpc", billingURL: billingURL, principal: "{source: mtls}", extra: "discovery: {bind: catalog}\n"}
 	if server != report.Capsnap {
-		name = "capsnap-grpc-envelope"
-		if server == report.CapsnapGrant {
-			name = "capsnap-grpc-grant"
-		}
-		key := filepath.Join(h.work, name+"-envelope-key.pem")
+		spec.name = map[string]string{report.CapsnapEnvelope: "capsnap-grpc-envelope", report.CapsnapGrant: "capsnap-grpc-grant"}[server]
+		key := filepath.Join(h.work, spec.name+"-envelope-key.pem")
 		if err := testbed.WriteEnvelopeKey(key); err != nil {
 			return grpcTarget{}, "", err
 		}
-		extra += fmt.Sprintf("envelope: {key_files: [%q]}\n", key)
+		spec.extra += fmt.Sprintf("envelope: {key_files: [%q]}\n", key)
 	}
 	if server == report.CapsnapGrant {
 		key := testbed.GrantKeyFile(h.work, "billing")
 		if err := testbed.WriteGrantKey(key); err != nil {
 			return grpcTarget{}, "", err
 		}
-		grantKey = key + ".pub"
+		spec.grantKeyFile = key + ".pub"
 	}
-	cs, err := h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: "{source: mtls}",
-		policy: policy, extra: extra, grantKeyFile: grantKey})
+	cs, err := h.startCapsnap(ctx, spec)
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
-	done.add(func() { h.stop(cs.server) })
-	client, closeConn, err := dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server)
+	client, err := h.dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server)
 	if err != nil {
 		return grpcTarget{}, "", err
 	}
-	done.add(closeConn)
 	epoch, err := mint(ctx, client)
 	if err == nil {
 		err = mustDeny(ctx, client, epoch)
@@ -179,11 +162,11 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string, 
 }
 
 // envelopeTarget starts the capsnap that sends envelopes in form server,
-// with its own snapshot and request, and checks that
-// its allowed Check carries an envelope, and a grant if under one; it
-// records the headers' sizes.
-func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string, done *cleanups) (grpcTarget, error) {
-	t, epoch, err := h.capsnapTarget(ctx, billingURL, server, done)
+// with its own snapshot and request, and checks that its allowed Check
+// carries an envelope, and a grant if under one; it records the headers'
+// sizes.
+func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string) (grpcTarget, error) {
+	t, epoch, err := h.capsnapTarget(ctx, billingURL, server)
 	if err != nil {
 		return t, err
 	}
@@ -197,15 +180,11 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string,
 	if err != nil {
 		return t, fmt.Errorf("%s: the refund: %w", t.name, err)
 	}
-	n, g := 0, 0
+	sizes := map[string]int{}
 	for _, hv := range resp.GetOkResponse().GetHeaders() {
-		switch hv.GetHeader().GetKey() {
-		case envelope.Header:
-			n = len(hv.GetHeader().GetValue())
-		case envelope.GrantHeader:
-			g = len(hv.GetHeader().GetValue())
-		}
+		sizes[hv.GetHeader().GetKey()] = len(hv.GetHeader().GetValue())
 	}
+	n, g := sizes[envelope.Header], sizes[envelope.GrantHeader]
 	if n == 0 {
 		return t, fmt.Errorf("%s: an allowed Check carries no %s header", t.name, envelope.Header)
 	}
@@ -219,91 +198,81 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string,
 	} else {
 		h.results.EnvelopeHeaderBytes = n
 	}
-	t.data, err = h.writeRequest(file, t.req)
+	t.data, err = writeRequest(file, t.req)
 	return t, err
 }
 
 // floorTarget starts the do-nothing server.
-func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest, done *cleanups) (grpcTarget, error) {
+func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest) (grpcTarget, error) {
 	noop, addr, pprofURL, err := h.startNoop("noop-grpc")
 	if err != nil {
 		return grpcTarget{}, err
 	}
-	done.add(func() { h.stop(noop) })
-	client, closeConn, err := dialCheck(ctx, addr, req, noop)
-	if err != nil {
-		return grpcTarget{}, err
-	}
-	done.add(closeConn)
-	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client, pprofURL: pprofURL}, nil
+	client, err := h.dialCheck(ctx, addr, req, noop)
+	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client, pprofURL: pprofURL}, err
 }
 
 // opaTarget starts OPA-Envoy with its data's snapshot under epoch, and
 // checks that it allows req and denies what the policy forbids.
-func (h *harness) opaTarget(ctx context.Context, req *authv3.CheckRequest, epoch string, done *cleanups) (grpcTarget, error) {
+func (h *harness) opaTarget(ctx context.Context, req *authv3.CheckRequest, epoch string) (grpcTarget, error) {
 	p, addr, err := h.startOPA(ctx, epoch)
 	if err != nil {
 		return grpcTarget{}, err
 	}
-	done.add(func() { h.stop(p) })
-	client, closeConn, err := dialCheck(ctx, addr, req, p)
+	client, err := h.dialCheck(ctx, addr, req, p)
 	if err != nil {
 		return grpcTarget{}, fmt.Errorf("OPA-Envoy does not allow the benchmark's request: %w", err)
 	}
-	done.add(closeConn)
 	if err := mustDeny(ctx, client, epoch); err != nil {
 		return grpcTarget{}, fmt.Errorf("OPA-Envoy: %w", err)
 	}
 	return grpcTarget{name: report.OPA, addr: addr, proc: p, client: client}, nil
 }
 
-// verifyCapsnap checks, from capsnap's own metrics, that it allowed
-// exactly the n requests of a run and denied none.
-func verifyCapsnap(ctx context.Context, cs *capsnapServer, before [2]float64, n int) error {
-	allow, deny, err := cs.decisions(ctx)
-	if err != nil {
-		return err
-	}
-	if d := deny - before[1]; d != 0 {
-		return fmt.Errorf("capsnap denied %.0f requests during the run: the figures would include denials", d)
-	}
-	if a := allow - before[0]; a != float64(n) {
-		return fmt.Errorf("capsnap allowed %.0f requests during a run of %d", a, n)
-	}
-	return nil
-}
-
 // writeRequest writes req as protojson, as the load reads it, to file in
 // the out directory, and returns its path.
-func (h *harness) writeRequest(file string, req *authv3.CheckRequest) (string, error) {
+func writeRequest(file string, req *authv3.CheckRequest) (string, error) {
 	b, err := protojson.Marshal(req)
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(h.o.out, file)
+	path := filepath.Join(outDir, file)
 	return path, os.WriteFile(path, b, 0o644)
 }
 
 // concurrency measures every target at concurrency c. Each is first
-// checked from Go (the Check must be allowed) and warmed up; then the
-// targets take turns (turnOrder), each turn a share of a target's run,
-// so that a machine that gets busier or quieter weighs on every server
-// alike. Each run is sized from its target's warm-up rate to take about
-// grpcRun.
+// checked from Go (the Check must be allowed) and warmed up, and its run
+// sized from its warm-up rate to take about grpcRun; then the targets
+// take turns (turnOrder), each turn a share of a target's run, so that a
+// machine that gets busier or quieter weighs on every server alike.
 func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int) ([]report.GRPCRun, error) {
 	each := make([]int, len(targets))
+	tallies := make([]*cpuTally, len(targets))
 	for i, t := range targets {
 		n, err := h.warmUp(ctx, t, c, h.o.grpcRun)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
-		each[i] = max(n, minRequests) / turns
+		each[i], tallies[i] = n/turns, newCPUTally(process{t.name, []int{t.proc.Pid()}})
 	}
-	runs, err := h.inTurns(ctx, targets, c, each, func(t grpcTarget, n int) grpcload.Run { return h.loadRun(t, c, n) })
+	reports, err := takeTurns(tallies, func(i int) (grpcload.Report, int, error) {
+		t := targets[i]
+		if err := t.proc.gone(); err != nil {
+			return grpcload.Report{}, 0, err
+		}
+		rep, err := t.allowedAll(ctx, func() (grpcload.Report, error) { return h.loadRun(t, c, each[i]).Do(ctx) })
+		if err != nil {
+			err = fmt.Errorf("%s: %w", t.name, err)
+		}
+		return rep, rep.Count, err
+	})
 	if err != nil {
 		return nil, err
 	}
+	runs := make([]report.GRPCRun, len(targets))
 	for i, t := range targets {
+		cpu := tallies[i].perCall()[0]
+		runs[i] = report.GRPCRun{Server: t.name, Concurrency: c, Report: grpcload.Merge(reports[i]...), CPU: cpu.CPU, CPUPerCheck: cpu.PerCall}
 		// The floor and OPA decide the same request the same way every
 		// time: allowed before and after the run, allowed throughout.
 		if err := checkOnce(ctx, t.client, t.req); err != nil {
@@ -316,30 +285,34 @@ func (h *harness) concurrency(ctx context.Context, targets []grpcTarget, c int) 
 	return runs, nil
 }
 
-// inTurns measures targets at concurrency c in turns (turnOrder), each
-// turn a run of each[i] requests that run makes: a machine that gets
-// busier or quieter weighs on every server alike.
-func (h *harness) inTurns(ctx context.Context, targets []grpcTarget, c int, each []int, run func(grpcTarget, int) grpcload.Run) ([]report.GRPCRun, error) {
-	runs := make([]report.GRPCRun, len(targets))
-	reports := make([][]grpcload.Report, len(targets))
-	for _, i := range turnOrder(len(targets)) {
-		rep, cpu, err := h.turn(ctx, targets[i], run(targets[i], each[i]))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", targets[i].name, err)
-		}
-		reports[i] = append(reports[i], rep)
-		runs[i].CPU += cpu
+// allowedAll is run's report; for capsnap, its metrics must show that it
+// allowed every request of the run and denied none.
+func (t grpcTarget) allowedAll(ctx context.Context, run func() (grpcload.Report, error)) (grpcload.Report, error) {
+	if t.capsnap == nil {
+		return run()
 	}
-	for i, t := range targets {
-		runs[i].Server, runs[i].Concurrency = t.name, c
-		runs[i].Report = grpcload.Merge(reports[i]...)
-		runs[i].CPUPerCheck = runs[i].CPU / time.Duration(runs[i].Count)
+	allow0, deny0, err := t.capsnap.decisions(ctx)
+	if err != nil {
+		return grpcload.Report{}, err
 	}
-	return runs, nil
+	rep, err := run()
+	if err != nil {
+		return rep, err
+	}
+	allow, deny, err := t.capsnap.decisions(ctx)
+	switch {
+	case err != nil:
+		return rep, err
+	case deny != deny0:
+		return rep, fmt.Errorf("capsnap denied %.0f requests during the run: the figures would include denials", deny-deny0)
+	case allow-allow0 != float64(rep.Count):
+		return rep, fmt.Errorf("capsnap allowed %.0f requests during a run of %d", allow-allow0, rep.Count)
+	}
+	return rep, nil
 }
 
-// warmUp checks that t allows req, runs a discarded warm-up, and returns
-// how many requests a run of about d is at its rate.
+// warmUp checks that t allows its request, runs a discarded warm-up, and
+// returns how many requests a run of about d is at its rate.
 func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, d time.Duration) (int, error) {
 	if err := checkOnce(ctx, t.client, t.req); err != nil {
 		return 0, fmt.Errorf("the Check before the run: %w", err)
@@ -351,45 +324,10 @@ func (h *harness) warmUp(ctx context.Context, t grpcTarget, c int, d time.Durati
 	return min(max(int(warm.RPS*d.Seconds()), minRequests), maxRequests), nil
 }
 
-// turn is one measured run against t, with the server's CPU time over it;
-// capsnap's metrics must show that it allowed every request.
-func (h *harness) turn(ctx context.Context, t grpcTarget, run grpcload.Run) (grpcload.Report, time.Duration, error) {
-	if err := t.proc.gone(); err != nil {
-		return grpcload.Report{}, 0, err
-	}
-	var before [2]float64
-	var err error
-	if t.capsnap != nil {
-		if before[0], before[1], err = t.capsnap.decisions(ctx); err != nil {
-			return grpcload.Report{}, 0, err
-		}
-	}
-	cpu0, err := proc.CPU(t.proc.Pid())
-	if err != nil {
-		return grpcload.Report{}, 0, err
-	}
-	rep, err := run.Do(ctx)
-	if err != nil {
-		return rep, 0, err
-	}
-	cpu1, err := proc.CPU(t.proc.Pid())
-	if err != nil {
-		return rep, 0, err
-	}
-	if t.capsnap != nil {
-		if err := verifyCapsnap(ctx, t.capsnap, before, rep.Count); err != nil {
-			return rep, 0, err
-		}
-	}
-	return rep, cpu1 - cpu0, nil
-}
-
 // loadRun is a run of n requests against t. The deadline is generous: a
 // turn is sized to take 1/turns of grpcRun at the warm-up's rate, and a
 // noisy machine may halve that rate.
 func (h *harness) loadRun(t grpcTarget, c int, n int) grpcload.Run {
 	return grpcload.Run{Bin: h.checkload, Data: t.data, Target: t.addr, Concurrency: c,
-		Total: n, Deadline: h.runDeadline()}
+		Total: n, Deadline: max(4*h.o.grpcRun, 30*time.Second)}
 }
-
-func (h *harness) runDeadline() time.Duration { return max(4*h.o.grpcRun, 30*time.Second) }

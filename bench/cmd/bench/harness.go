@@ -16,10 +16,17 @@ import (
 	"github.com/capsnap/capsnap/testbed"
 )
 
+// Where the harness writes: the report, its chart, and the raw results,
+// logs and profiles of the run (outDir, not committed).
+const (
+	reportFile = "BENCHMARKS.md"
+	chartFile  = "docs/benchmarks-latency.svg"
+	outDir     = "bench/out"
+)
+
 // options are the command line's.
 type options struct {
-	bin, peers, envoy string
-	out, report, svg  string
+	bin, peers        string
 	grpcRun, envoyRun time.Duration
 	trials            int
 }
@@ -33,8 +40,10 @@ type harness struct {
 	work, logs string
 	// Binaries, found by findBinaries.
 	capsnap, billing, noop, mcpfixture, checkload, opaEnvoy, envoy, redis string
-	procs                                                                 []*server
-	results                                                               report.Results
+	// undo stops the processes the harness started and closes its
+	// connections, the last first.
+	undo    []func()
+	results report.Results
 }
 
 // readyTimeout bounds how long any server may take to become ready.
@@ -66,14 +75,14 @@ func turnOrder(n int) []int {
 }
 
 func newHarness(o options) (*harness, error) {
-	if err := checkRoot(); err != nil {
-		return nil, err
+	if b, err := os.ReadFile("go.mod"); err != nil || !bytes.HasPrefix(b, []byte("module github.com/capsnap/capsnap\n")) {
+		return nil, fmt.Errorf("run from capsnap's repository root (make bench does): no go.mod of github.com/capsnap/capsnap here")
 	}
-	h := &harness{o: o, started: time.Now(), logs: filepath.Join(o.out, "logs")}
+	h := &harness{o: o, started: time.Now(), logs: filepath.Join(outDir, "logs")}
 	// Nothing of an earlier run may pass for this one's: capsnap appends
 	// to its audit file, and a profile is only written for a miss.
-	old, _ := filepath.Glob(filepath.Join(o.out, "*.pprof"))
-	for _, p := range append(old, h.logs, filepath.Join(o.out, "results.json")) {
+	old, _ := filepath.Glob(filepath.Join(outDir, "*.pprof"))
+	for _, p := range append(old, h.logs, filepath.Join(outDir, "results.json")) {
 		if err := os.RemoveAll(p); err != nil {
 			return nil, err
 		}
@@ -91,18 +100,24 @@ func newHarness(o options) (*harness, error) {
 	return h, nil
 }
 
-// checkRoot makes sure the harness runs from capsnap's repository root,
-// where every relative path it uses starts.
-func checkRoot() error {
-	b, err := os.ReadFile("go.mod")
-	if err != nil || !bytes.HasPrefix(b, []byte("module github.com/capsnap/capsnap\n")) {
-		return fmt.Errorf("run from capsnap's repository root (make bench does): no go.mod of github.com/capsnap/capsnap here")
-	}
-	return nil
-}
-
 func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// later has f run when the step ends, before what was registered earlier.
+func (h *harness) later(f func()) { h.undo = append(h.undo, f) }
+
+// scope returns what ends everything started since: a step's processes
+// stop when it ends, so that the next has the machine to itself.
+func (h *harness) scope() func() {
+	n := len(h.undo)
+	return func() {
+		for len(h.undo) > n {
+			f := h.undo[len(h.undo)-1]
+			h.undo = h.undo[:len(h.undo)-1]
+			f()
+		}
+	}
 }
 
 // server is a process the harness started, with its log file.
@@ -112,7 +127,8 @@ type server struct {
 }
 
 // start runs bin, its output to a log file of its own (capsnap writes an
-// audit line per request: too much to keep in memory).
+// audit line per request: too much to keep in memory), until the step
+// ends.
 func (h *harness) start(name, bin string, args ...string) (*server, error) {
 	path := filepath.Join(h.logs, name+".log")
 	f, err := os.Create(path)
@@ -124,43 +140,8 @@ func (h *harness) start(name, bin string, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{Process: p, log: path}
-	h.procs = append(h.procs, s)
-	return s, nil
-}
-
-// cleanups are what a step undoes when it ends, the last first: stopping
-// its servers, so that the next step has the machine to itself.
-type cleanups []func()
-
-func (c *cleanups) add(f func()) { *c = append(*c, f) }
-
-func (c *cleanups) run() {
-	for i := len(*c) - 1; i >= 0; i-- {
-		(*c)[i]()
-	}
-	*c = nil
-}
-
-// stop stops s now, rather than at the end of the run.
-func (h *harness) stop(s *server) {
-	_ = s.Stop()
-	for i, p := range h.procs {
-		if p == s {
-			h.procs = append(h.procs[:i], h.procs[i+1:]...)
-			break
-		}
-	}
-}
-
-// stopAll stops every process still running, the last started first,
-// and removes the work directory.
-func (h *harness) stopAll() {
-	for i := len(h.procs) - 1; i >= 0; i-- {
-		_ = h.procs[i].Stop()
-	}
-	h.procs = nil
-	_ = os.RemoveAll(h.work)
+	h.later(func() { _ = p.Stop() })
+	return &server{Process: p, log: path}, nil
 }
 
 // tail is the end of s's log, for an error message.
@@ -170,33 +151,7 @@ func (s *server) tail() string {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return fmt.Sprintf("last lines of %s:\n%s", s.log, strings.Join(lines, "\n"))
-}
-
-// waitHTTP polls url until it answers 200; s exiting first is an error.
-func (h *harness) waitHTTP(ctx context.Context, url string, s *server) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if err := s.gone(); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s within %v; %s", s.Name, url, readyTimeout, s.tail())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return fmt.Sprintf("last lines of %s:\n%s", s.log, strings.Join(lines[max(len(lines)-15, 0):], "\n"))
 }
 
 // gone is an error if s has exited.
@@ -207,24 +162,75 @@ func (s *server) gone() error {
 	return nil
 }
 
+// await tries until try succeeds, which it must within readyTimeout and
+// before s exits.
+func (s *server) await(ctx context.Context, try func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		err := try(ctx)
+		if err == nil {
+			return nil
+		}
+		if err := s.gone(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready within %v: %w; %s", s.Name, readyTimeout, err, s.tail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// awaitHTTP waits until url answers 200.
+func (s *server) awaitHTTP(ctx context.Context, url string) error {
+	return s.await(ctx, func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
 func freeAddr() (string, error) {
 	p, err := testbed.FreePort()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p), nil
+	return fmt.Sprintf("127.0.0.1:%d", p), err
 }
 
 // saveResults writes results.json with whatever has been measured.
-func (h *harness) saveResults() {
+func (h *harness) saveResults() error {
 	h.results.Elapsed = time.Since(h.started)
 	b, err := json.MarshalIndent(&h.results, "", "  ")
-	if err == nil {
-		err = os.WriteFile(filepath.Join(h.o.out, "results.json"), b, 0o644)
-	}
 	if err != nil {
-		h.logf("could not save results: %v", err)
+		return err
 	}
+	return os.WriteFile(filepath.Join(outDir, "results.json"), b, 0o644)
+}
+
+// write writes results.json, BENCHMARKS.md and the latency chart.
+func (h *harness) write(context.Context) error {
+	if err := h.saveResults(); err != nil {
+		return err
+	}
+	svg, err := report.SVG(&h.results)
+	if err != nil {
+		return err
+	}
+	md, err := report.Markdown(&h.results, chartFile)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(chartFile, svg, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(reportFile, md, 0o644)
 }
 
 // summary prints the targets' verdicts.
@@ -232,7 +238,7 @@ func (h *harness) summary() {
 	w := bufio.NewWriter(os.Stderr)
 	defer w.Flush()
 	fmt.Fprintf(w, "bench: done in %v; wrote %s, %s and %s\n", time.Since(h.started).Round(time.Second),
-		h.o.report, h.o.svg, filepath.Join(h.o.out, "results.json"))
+		reportFile, chartFile, filepath.Join(outDir, "results.json"))
 	for _, t := range h.results.Targets {
 		fmt.Fprintf(w, "  %-8s %s: %s\n", t.Status, t.Name, t.Measured)
 	}

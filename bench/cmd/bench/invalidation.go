@@ -94,24 +94,17 @@ func trial(ctx context.Context, stack *testbed.Stack, sess *mcpload.Session, var
 			return t, fmt.Errorf("before the redeploy: %s", r)
 		}
 	}
-	start := time.Now()
-	if err := stack.Redeploy(ctx, "billing", variant); err != nil {
-		return t, err
-	}
-	t.Post = time.Since(start)
-	for t.Polls < trialMaxPolls && time.Since(start) < trialTimeout {
+	redeploy := func() error { return stack.Redeploy(ctx, "billing", variant) }
+	return t, awaitDrift(&t, redeploy, func(time.Time) (bool, error) {
 		r, err := sess.Post(ctx, []byte(refundBody))
 		if err != nil {
-			return t, err
+			return false, err
 		}
-		t.Polls++
-		drift := r.Header.Get("x-capability-drift")
-		switch {
+		switch drift := r.Header.Get("x-capability-drift"); {
 		case drift == "schema_drift":
-			t.Elapsed = time.Since(start)
-			return t, nil
+			return true, nil
 		case drift != "":
-			return t, fmt.Errorf("drift denial %q, want schema_drift: %s", drift, r)
+			return false, fmt.Errorf("drift denial %q, want schema_drift: %s", drift, r)
 		case r.OK():
 			t.Allowed++
 		case r.Reason == "handler_drift":
@@ -119,10 +112,30 @@ func trial(ctx context.Context, stack *testbed.Stack, sess *mcpload.Session, var
 			// refused the call at handler start.
 			t.HandlerDrift++
 		default:
-			return t, fmt.Errorf("after the redeploy: %s", r)
+			return false, fmt.Errorf("after the redeploy: %s", r)
+		}
+		return false, nil
+	})
+}
+
+// awaitDrift times a trial from just before redeploy to the first call
+// that call reports denied as drift; it counts the calls, within
+// trialMaxPolls and trialTimeout.
+func awaitDrift(t *report.Trial, redeploy func() error, call func(start time.Time) (drift bool, err error)) error {
+	start := time.Now()
+	if err := redeploy(); err != nil {
+		return err
+	}
+	t.Post = time.Since(start)
+	for t.Polls < trialMaxPolls && time.Since(start) < trialTimeout {
+		t.Polls++
+		drift, err := call(start)
+		if err != nil || drift {
+			t.Elapsed = time.Since(start)
+			return err
 		}
 	}
-	return t, fmt.Errorf("no drift denial after %d calls in %v", t.Polls, time.Since(start).Round(time.Millisecond))
+	return fmt.Errorf("no drift denial after %d calls in %v", t.Polls, time.Since(start).Round(time.Millisecond))
 }
 
 // summarizeTrials fills in inv's figures.

@@ -51,12 +51,9 @@ func (h *harness) findBinaries(context.Context) error {
 	if out, err := exec.Command(h.opaEnvoy, "version").Output(); err != nil || !strings.Contains(string(out), "Version: "+opaVersion+"\n") {
 		return fmt.Errorf("%s is not opa-envoy-plugin %s (%v): run make peers", h.opaEnvoy, opaVersion, err)
 	}
-	envoy := h.o.envoy
-	if envoy == "" {
-		var err error
-		if envoy, err = testbed.FindEnvoy(); err != nil {
-			return fmt.Errorf("%w (make envoy installs it)", err)
-		}
+	envoy, err := testbed.FindEnvoy()
+	if err != nil {
+		return fmt.Errorf("%w (make envoy installs it)", err)
 	}
 	h.envoy = envoy
 	return h.findRedis()

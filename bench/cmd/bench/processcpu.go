@@ -81,23 +81,23 @@ func (t *cpuTally) perCall() []report.ProcessCPU {
 }
 
 // takeTurns measures contenders in turns (turnOrder), one measure(i) a
-// turn, tallies[i] adding up what contender i's processes spend; it sums
-// up each one's samples.
-func takeTurns(tallies []*cpuTally, measure func(i int) (mcpload.Sample, error)) ([]mcpload.Result, error) {
-	samples := make([][]mcpload.Sample, len(tallies))
+// turn, which returns what it measured and the calls it made, tallies[i]
+// adding up what contender i's processes spend meanwhile; it returns each
+// contender's turns.
+func takeTurns[S any](tallies []*cpuTally, measure func(i int) (S, int, error)) ([][]S, error) {
+	out := make([][]S, len(tallies))
 	for _, i := range turnOrder(len(tallies)) {
 		err := tallies[i].during(func() (int, error) {
-			s, err := measure(i)
-			samples[i] = append(samples[i], s)
-			return len(s.Latencies), err
+			s, n, err := measure(i)
+			out[i] = append(out[i], s)
+			return n, err
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	out := make([]mcpload.Result, len(samples))
-	for i, s := range samples {
-		out[i] = mcpload.Summarize(s...)
-	}
 	return out, nil
 }
+
+// calls is a sample with the calls it made, as takeTurns measures it.
+func calls(s mcpload.Sample, err error) (mcpload.Sample, int, error) { return s, len(s.Latencies), err }

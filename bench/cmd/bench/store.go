@@ -69,10 +69,7 @@ func redisVersion(bin string) string {
 // on each store, and Redis's memory per snapshot. Each must have run: a
 // Redis case skipped for want of a redis-server fails the step.
 func (h *harness) storeBenchmarks(ctx context.Context) error {
-	res, err := gobench.Run{
-		Dir: ".", Log: filepath.Join(h.logs, "go-bench-store.log"),
-		Bench: storePattern, Args: []string{"-timeout", "20m"}, Pkgs: []string{"./decide"},
-	}.Do(ctx)
+	res, err := h.goBench("store", storePattern, "", "./decide").Do(ctx)
 	if err != nil {
 		return err
 	}
@@ -90,56 +87,6 @@ func (h *harness) storeBenchmarks(ctx context.Context) error {
 		h.logf("   %-55s %s", r.Name, report.Dur(time.Duration(r.Metrics["ns/op"])))
 	}
 	return nil
-}
-
-// startRedis starts an empty redis-server without persistence on a free
-// loopback port, as testbed.StartRedis does, and returns it with its
-// address once it answers PING.
-func (h *harness) startRedis(ctx context.Context, name string) (*server, string, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	_, port, _ := strings.Cut(addr, ":")
-	dir := filepath.Join(h.work, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", err
-	}
-	s, err := h.start(name, h.redis, "--port", port, "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := dialRedis(ctx, addr, s)
-	if err != nil {
-		return s, "", err
-	}
-	c.Close()
-	return s, addr, nil
-}
-
-// dialRedis connects to the Redis at addr, waiting until it answers PING;
-// s exiting first is an error.
-func dialRedis(ctx context.Context, addr string, s *server) (rueidis.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
-		if err == nil {
-			if err = c.Do(ctx, c.B().Ping().Build()).Error(); err == nil {
-				return c, nil
-			}
-			c.Close()
-		}
-		if err := s.gone(); err != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%s not answering at %s within %v: %v; %s", s.Name, addr, readyTimeout, err, s.tail())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // storeSecret writes the secret replicas sharing a store share, once, and
@@ -178,24 +125,16 @@ func (h *harness) redisSnapshots(addr, prefix string) (string, error) {
 // gRPC (no Envoy, no response path: the snapshot is minted at the
 // tools/list Check).
 func (h *harness) replicaInvalidation(ctx context.Context) error {
-	var done cleanups
-	defer done.run()
-	redis, addr, err := h.startRedis(ctx, "redis-invalidation")
-	if redis != nil {
-		done.add(func() { h.stop(redis) })
-	}
+	_, addr, err := h.startRedis(ctx, "redis-invalidation")
 	if err != nil {
 		return err
 	}
-	rc, err := dialRedis(ctx, addr, redis)
+	rc, err := redisClient(addr)
 	if err != nil {
 		return err
 	}
-	done.add(rc.Close)
-	billingProc, billingURL, err := h.startBilling(ctx, "billing-replicas", false)
-	if billingProc != nil {
-		done.add(func() { h.stop(billingProc) })
-	}
+	h.later(rc.Close)
+	_, billingURL, err := h.startBilling(ctx, "billing-replicas", false)
 	if err != nil {
 		return err
 	}
@@ -212,31 +151,20 @@ func (h *harness) replicaInvalidation(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	policy, err := os.ReadFile(demoPolicy)
-	if err != nil {
-		return err
-	}
 	var clients [2]authv3.AuthorizationClient
 	for i, servers := range []string{"", fmt.Sprintf("servers:\n  - {id: billing, catalog_file: %q}\n", staticFile)} {
-		cs, err := h.startCapsnapWith(ctx, capsnapSpec{
-			name: "capsnap-replica-" + "ab"[i:i+1], billingURL: billingURL, principal: "{source: mtls}", policy: policy,
+		cs, err := h.startCapsnap(ctx, capsnapSpec{
+			name: "capsnap-replica-" + "ab"[i:i+1], billingURL: billingURL, principal: "{source: mtls}",
 			servers: servers, snapshots: snapshots, extra: "discovery: {bind: catalog}\n",
 		})
-		if cs != nil {
-			done.add(func() { h.stop(cs.server) })
-		}
 		if err != nil {
 			return err
 		}
-		client, closeConn, err := dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server)
-		if err != nil {
+		if clients[i], err = h.dialCheck(ctx, cs.grpcAddr, checkRequest(listBody, ""), cs.server); err != nil {
 			return err
 		}
-		done.add(closeConn)
-		clients[i] = client
 	}
 	seq := func() (uint64, error) { return storeSeq(ctx, rc, prefix+"seq") }
-
 	return h.trials(&h.results.Store.Invalidation, func(int) (report.Trial, error) {
 		return replicaTrial(ctx, clients[0], clients[1], billingURL, seq)
 	})
@@ -262,19 +190,12 @@ func replicaTrial(ctx context.Context, a, b authv3.AuthorizationClient, billingU
 	if err := checkOnce(ctx, b, refund); err != nil {
 		return t, fmt.Errorf("replica B, before the redeploy: %w", err)
 	}
-	start := time.Now()
-	if err := redeploy(ctx, billingURL, billing.DescriptionEdit); err != nil {
-		return t, err
-	}
-	t.Post = time.Since(start)
-	for t.Elapsed == 0 {
-		if t.Polls >= trialMaxPolls || time.Since(start) > trialTimeout {
-			return t, fmt.Errorf("no drift denial from replica B after %d calls in %v", t.Polls, time.Since(start).Round(time.Millisecond))
-		}
+	redeployed := func() error { return redeploy(ctx, billingURL, billing.DescriptionEdit) }
+	err = awaitDrift(&t, redeployed, func(start time.Time) (bool, error) {
 		if t.Written == 0 {
 			n, err := seq()
 			if err != nil {
-				return t, err
+				return false, err
 			}
 			if n > before {
 				t.Written = time.Since(start)
@@ -282,40 +203,37 @@ func replicaTrial(ctx context.Context, a, b authv3.AuthorizationClient, billingU
 		}
 		resp, err := b.Check(ctx, refund)
 		if err != nil {
-			return t, fmt.Errorf("replica B: %w", err)
+			return false, fmt.Errorf("replica B: %w", err)
 		}
-		t.Polls++
 		switch reason := denialReason(resp); {
 		case allowed(resp) == nil:
 			t.Allowed++
+			return false, nil
 		case reason == "schema_drift" && strings.Contains(resp.GetDeniedResponse().GetBody(), "redefined after snapshot"):
-			t.Elapsed = time.Since(start)
-			if t.Written == 0 {
-				// It moved between the last read and this Check.
-				t.Written = t.Elapsed
-			}
-		default:
-			return t, fmt.Errorf("replica B, after the redeploy: %w, want schema_drift on the store's invalidation", allowed(resp))
+			return true, nil
 		}
+		return false, fmt.Errorf("replica B, after the redeploy: %w, want schema_drift on the store's invalidation", allowed(resp))
+	})
+	if err != nil {
+		return t, err
+	}
+	if t.Written == 0 {
+		// It moved between the last read and the denying Check.
+		t.Written = t.Elapsed
 	}
 	// Back to what B serves; A's invalidation of it is the next trial's
 	// starting point.
 	if err := redeploy(ctx, billingURL, billing.Baseline); err != nil {
 		return t, err
 	}
-	deadline := time.Now().Add(trialTimeout)
-	for {
+	for deadline := time.Now().Add(trialTimeout); ; time.Sleep(5 * time.Millisecond) {
 		n, err := seq()
-		if err != nil {
+		if err != nil || n >= before+2 {
 			return t, err
-		}
-		if n >= before+2 {
-			return t, nil
 		}
 		if time.Now().After(deadline) {
 			return t, fmt.Errorf("replica A did not write the change back to the baseline within %v (sequence %d, from %d)", trialTimeout, n, before)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/grpcload"
+	"github.com/capsnap/capsnap/bench/report"
+)
+
+// profileWindow is how long each live server is profiled, inside a load
+// run that starts before it and outlasts it.
+const profileWindow = 5 * time.Second
+
+// benchProfile is the Go benchmark that shows where a target's cost goes.
+type benchProfile struct {
+	what  string
+	bench string // go test -bench pattern, in ./decide
+	file  string // under the out directory
+	// mem profiles allocations (-memprofile) instead of CPU time.
+	mem bool
+}
+
+// benchProfiles are the benchmarks profiled for the targets judged on Go
+// benchmarks. The gRPC targets and the one through Envoy compare running
+// servers, whose gap is mostly outside what a Go benchmark runs: theirs
+// are the live profiles (liveProfile), the response path's its own
+// (profileListings). Invalidation has none: no Go benchmark redeploys a
+// server, and its time is spent waiting on the network, which its
+// per-trial table breaks down.
+var benchProfiles = map[string]benchProfile{
+	report.TargetBudget: {
+		what:  "CPU profile of one allowed Check (BenchmarkCheckAllowed, the same request as the gRPC cases), its top 20 functions:",
+		bench: "^BenchmarkCheckAllowed$", file: "check.pprof",
+	},
+	report.TargetDeployed: {
+		what:  "CPU profile of one allowed Check as deployed (BenchmarkCheckDeployed: Redis store, snapshot held, envelope under a grant), its top 20 functions:",
+		bench: "^BenchmarkCheckDeployed$", file: "check-deployed.pprof",
+	},
+	report.TargetFlat: {
+		what:  "CPU profile of the allowed Check against 100,000 tools, its top 20 functions:",
+		bench: "^BenchmarkCheckCatalogSize$/^tools=100000$", file: "catalog-100000.pprof",
+	},
+	report.TargetMemory: {
+		what:  "Allocation profile (alloc_space) of minting and holding a million snapshots, its top 20 functions:",
+		bench: "^BenchmarkSnapshotsLive$/^snapshots=1000000$", file: "snapshots-1000000.mem.pprof", mem: true,
+	},
+}
+
+// judge evaluates the targets and gives each one missed the profile of
+// its gap.
+func (h *harness) judge(ctx context.Context) error {
+	h.results.Targets = report.Evaluate(&h.results)
+	live := func(c int) *report.Profile {
+		if l := h.results.LiveAt(c); l != nil {
+			return l.Profile
+		}
+		return nil
+	}
+	for i := range h.results.Targets {
+		t := &h.results.Targets[i]
+		if t.Status != report.Missed {
+			continue
+		}
+		switch spec, ok := benchProfiles[t.ID]; {
+		case t.ID == report.TargetCPUFloor: // judged alone
+			t.Profile = live(concurrencies[0])
+		case slices.Contains([]string{report.TargetThroughput, report.TargetP99, report.TargetCPU, report.TargetEnvoy}, t.ID):
+			// Through Envoy, capsnap's part is the Check the live profile
+			// shows, under the gRPC load rather than Envoy.
+			t.Profile = live(concurrencies[len(concurrencies)-1])
+		case t.ID == report.TargetDelivery:
+			t.Profile = h.results.Delivery.Profile
+		case ok:
+			h.logf("   %s missed: profiling %s", t.ID, spec.bench)
+			p, err := h.benchProfile(ctx, spec)
+			if err != nil {
+				return fmt.Errorf("profile for %s: %w", t.ID, err)
+			}
+			t.Profile = p
+		}
+	}
+	return nil
+}
+
+// benchProfile runs spec's benchmark under the profiler and reads its top.
+func (h *harness) benchProfile(ctx context.Context, spec benchProfile) (*report.Profile, error) {
+	file, binary := outPath(spec.file), outPath("decide.test")
+	flag := "-cpuprofile"
+	if spec.mem {
+		flag = "-memprofile"
+	}
+	run := h.goBench(strings.TrimSuffix(spec.file, ".pprof"), spec.bench, "", "./decide")
+	run.Args = append([]string{"-benchtime", "3s", flag, file, "-o", binary}, run.Args...)
+	res, err := run.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("%s matched no benchmark", spec.bench)
+	}
+	args := []string{"tool", "pprof", "-top", "-nodecount", "20"}
+	if spec.mem {
+		args = append(args, "-sample_index", "alloc_space")
+	}
+	args = append(args, binary, file)
+	top, err := goTool(ctx, args)
+	return &report.Profile{What: spec.what, Command: run.String() + " && go " + strings.Join(args, " "), Top: top}, err
+}
+
+// liveProfile profiles capsnap and the floor (net/http/pprof, CPU) while
+// the load drives each at concurrency c: the gap between them as it
+// arises in the running server, transport, audit writes and garbage
+// collector included, which no in-process benchmark shows; and it breaks
+// each one's CPU per Check into cpuParts. These runs are not measured;
+// they come after the measured ones.
+func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int) (*report.Profile, []report.CPUPart, error) {
+	var what, top, cmds []string
+	perCheck := map[string]map[string]time.Duration{}
+	for _, t := range targets {
+		if t.pprofURL == "" {
+			continue
+		}
+		n, err := h.warmUp(ctx, t, c, 2*profileWindow)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+		}
+		file := outPath(fmt.Sprintf("live-%s-c%d.pprof", t.proc.Name, c))
+		rep, err := profileDuring(ctx, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, n).Do(ctx) })
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+		}
+		args := []string{"tool", "pprof", "-top", "-nodecount", "25", file}
+		out, err := goTool(ctx, args)
+		if err != nil {
+			return nil, nil, err
+		}
+		what = append(what, fmt.Sprintf("%s at %.0f Checks/s", t.name, rep.RPS))
+		cmds = append(cmds, "go "+strings.Join(args, " "))
+		top = append(top, fmt.Sprintf("== %s (%.0f Checks/s while profiled)\n%s", t.name, rep.RPS, strings.TrimRight(out, "\n")))
+		total, cum, err := cumulative(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		perCheck[t.name] = split(total, cum, rep.RPS*profileWindow.Seconds())
+	}
+	var parts []report.CPUPart
+	for _, p := range append(cpuParts, cpuPart{part: restPart}) {
+		parts = append(parts, report.CPUPart{Part: p.part, Capsnap: perCheck[report.Capsnap][p.part], Floor: perCheck[report.Floor][p.part]})
+	}
+	return &report.Profile{
+		What: fmt.Sprintf("CPU profiles of the running servers, %v each while the load drove them at concurrency %d (%s), top 25 functions of each. "+
+			"Divide a function's time by the rate and the window for its cost per Check.", profileWindow, c, strings.Join(what, ", ")),
+		Command: strings.Join(cmds, " && "),
+		Top:     strings.Join(top, "\n\n"),
+	}, parts, nil
+}
+
+// cpuPart is a part of a server's CPU time: the samples under fn, less
+// those under less.
+type cpuPart struct{ part, fn, less string }
+
+const auditWrite = "github.com/capsnap/capsnap/audit.(*Writer).flush"
+
+// cpuParts are disjoint: the decision (of which the audit line's write is
+// split out) and the request's decoding and the response's encoding run
+// one after another on the RPC's goroutine, the collector's background
+// marking on its own.
+var cpuParts = []cpuPart{
+	{"the decision (extauthz.Server.Check), less the audit write", "github.com/capsnap/capsnap/extauthz.(*Server).Check", auditWrite},
+	{"writing the audit line (audit.Writer's write(2), shared by the lines of concurrent Checks)", auditWrite, ""},
+	{"reading and decoding the request (grpc serverStream.RecvMsg)", "google.golang.org/grpc.(*serverStream).RecvMsg", ""},
+	{"encoding and sending the response (grpc serverStream.SendMsg)", "google.golang.org/grpc.(*serverStream).SendMsg", ""},
+	{"the garbage collector's background marking", "runtime.gcBgMarkWorker", ""},
+}
+
+const restPart = "everything else: gRPC's HTTP/2 transport, the scheduler, system calls"
+
+// split divides a profile's time among cpuParts and the rest, per Check
+// of the checks made during it.
+func split(total time.Duration, cum map[string]time.Duration, checks float64) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	rest := total
+	for _, p := range cpuParts {
+		d := cum[p.fn] - cum[p.less]
+		out[p.part] = time.Duration(float64(d) / checks)
+		rest -= d
+	}
+	out[restPart] = time.Duration(float64(rest) / checks)
+	return out
+}
+
+// cumulative reads a CPU profile: its total time, and each function's
+// cumulative time, that of the samples with the function on their stack.
+func cumulative(file string) (time.Duration, map[string]time.Duration, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	i := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "cpu" && t.Unit == "nanoseconds" })
+	if i < 0 {
+		return 0, nil, fmt.Errorf("%s: not a CPU profile", file)
+	}
+	var total time.Duration
+	cum := map[string]time.Duration{}
+	for _, s := range p.Sample {
+		d := time.Duration(s.Value[i])
+		total += d
+		seen := map[string]bool{}
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if !seen[l.Function.Name] {
+					seen[l.Function.Name] = true
+					cum[l.Function.Name] += d
+				}
+			}
+		}
+	}
+	if total == 0 {
+		return 0, nil, fmt.Errorf("%s: no samples", file)
+	}
+	return total, cum, nil
+}
+
+// profileDuring runs load, which must outlast the profile window by a
+// quarter of it, and saves to file the CPU profile served at base, taken
+// from a quarter window into it; it returns load's outcome.
+func profileDuring[T any](ctx context.Context, base, file string, load func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := load()
+		done <- result{v, err}
+	}()
+	select {
+	case <-time.After(profileWindow / 4):
+	case r := <-done:
+		return r.v, fmt.Errorf("the load ended before the profile began: %v", r.err)
+	}
+	perr := fetchProfile(ctx, base, file)
+	r := <-done
+	if r.err != nil {
+		return r.v, r.err
+	}
+	return r.v, perr
+}
+
+// fetchProfile saves the CPU profile served at base/debug/pprof/profile.
+func fetchProfile(ctx context.Context, base, file string) error {
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(profileWindow.Seconds()))
+	ctx, cancel := context.WithTimeout(ctx, profileWindow+10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s: %.512s", url, resp.Status, b)
+	}
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// goTool runs go with args (go tool pprof) and returns its output.
+func goTool(ctx context.Context, args []string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func outPath(file string) string { return filepath.Join(outDir, file) }
+
+// goBench is a go test run of the benchmarks bench matches, but those
+// skip matches, in pkgs, its output logged as go-bench-log.log.
+func (h *harness) goBench(log, bench, skip string, pkgs ...string) gobench.Run {
+	return gobench.Run{Log: filepath.Join(h.logs, "go-bench-"+log+".log"), Bench: bench, Skip: skip, Args: []string{"-timeout", "20m"}, Pkgs: pkgs}
+}
