@@ -12,7 +12,6 @@ package grpcload
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -121,15 +120,6 @@ type Report struct {
 func (r Result) Report() Report {
 	// Merge copies the latencies.
 	return Merge(Report{Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes, latencies: r.Latencies})
-}
-
-// ParseResult reads a Result as the load process writes it.
-func ParseResult(b []byte) (Result, error) {
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("load result: %w", err)
-	}
-	return r, nil
 }
 
 // Merge is one report of several runs of the same load: their requests

@@ -38,21 +38,16 @@ func (l Load) Start(ctx context.Context) (*Runner, error) {
 	r := &Runner{l: l}
 	for range l.Workers {
 		s, err := Open(ctx, l.URL, l.Header)
+		if err == nil {
+			r.sessions = append(r.sessions, s)
+			var reply Reply
+			if reply, err = s.Post(ctx, l.Setup); err == nil && !reply.OK() {
+				err = fmt.Errorf("setup call: %s", reply)
+			}
+		}
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("open session: %w", err)
-		}
-		r.sessions = append(r.sessions, s)
-		if l.Setup == nil {
-			continue
-		}
-		reply, err := s.Post(ctx, l.Setup)
-		if err == nil && !reply.OK() {
-			err = fmt.Errorf("setup call: %s", reply)
-		}
-		if err != nil {
-			r.Close()
-			return nil, err
 		}
 	}
 	if _, err := r.Measure(ctx, l.Warmup, math.MaxInt); err != nil {

@@ -7,7 +7,6 @@
 package mcpload
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,7 +25,8 @@ const ProtocolVersion = "2025-06-18"
 // and where a call names it.
 const EpochHeader = "x-capsnap-epoch"
 
-// Session is one open MCP session.
+// Session is one agent's connection to an MCP server: a session (Open),
+// or stateless requests (Dial).
 type Session struct {
 	client *http.Client
 	url    string
@@ -69,28 +69,21 @@ func Open(ctx context.Context, url string, header map[string]string) (*Session, 
 	if r.Status/100 != 2 {
 		return nil, fmt.Errorf("notifications/initialized: %s", r)
 	}
-	if _, err := s.List(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s, s.List(ctx)
 }
 
-// List lists tools, and so mints a new snapshot where capsnap decides;
-// later calls name its epoch. The epoch is "" without capsnap.
-func (s *Session) List(ctx context.Context) (string, error) {
+// List lists tools, and so mints a new snapshot where capsnap decides,
+// whose epoch later calls name.
+func (s *Session) List(ctx context.Context) error {
 	s.header.Del(EpochHeader)
 	r, err := s.Post(ctx, []byte(`{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{}}`))
-	if err != nil {
-		return "", err
+	if err == nil && !r.OK() {
+		err = fmt.Errorf("tools/list: %s", r)
 	}
-	if !r.OK() {
-		return "", fmt.Errorf("tools/list: %s", r)
-	}
-	epoch := r.Header.Get(EpochHeader)
-	if epoch != "" {
+	if epoch := r.Header.Get(EpochHeader); epoch != "" {
 		s.header.Set(EpochHeader, epoch)
 	}
-	return epoch, nil
+	return err
 }
 
 // Reply is what an MCP POST came back with.
@@ -160,12 +153,10 @@ func (s *Session) Close() { s.client.CloseIdleConnections() }
 // successful result or no message.
 func replyError(contentType string, body []byte) (text, reason string) {
 	if strings.HasPrefix(contentType, "text/event-stream") {
-		var last []byte
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-		for sc.Scan() {
-			if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok {
-				last = append([]byte(nil), bytes.TrimSpace(d)...)
+		var last []byte // the answer is the last event's data
+		for _, line := range bytes.Split(body, []byte("\n")) {
+			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				last = bytes.TrimSpace(d)
 			}
 		}
 		body = last
@@ -175,10 +166,8 @@ func replyError(contentType string, body []byte) (text, reason string) {
 	}
 	var msg struct {
 		Error *struct {
-			Message string `json:"message"`
-			Data    struct {
-				Reason string `json:"reason"`
-			} `json:"data"`
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
 		} `json:"error"`
 		Result *struct {
 			IsError bool `json:"isError"`
@@ -187,22 +176,18 @@ func replyError(contentType string, body []byte) (text, reason string) {
 			} `json:"content"`
 		} `json:"result"`
 	}
-	// A data.reason that is not a string (or data that is not an object)
-	// is no reason: read the message alone then.
 	if err := json.Unmarshal(body, &msg); err != nil {
-		var bare struct {
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(body, &bare) != nil || bare.Error == nil {
-			return "unreadable answer: " + err.Error(), ""
-		}
-		return "JSON-RPC error: " + bare.Error.Message, ""
+		return "unreadable answer: " + err.Error(), ""
 	}
 	switch {
 	case msg.Error != nil:
-		return "JSON-RPC error: " + msg.Error.Message, msg.Error.Data.Reason
+		// Data that is not an object, or a reason that is not a string, is
+		// no reason.
+		var data struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(msg.Error.Data, &data)
+		return "JSON-RPC error: " + msg.Error.Message, data.Reason
 	case msg.Result != nil && msg.Result.IsError:
 		text := "tool error"
 		if len(msg.Result.Content) > 0 {

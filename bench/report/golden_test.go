@@ -41,6 +41,29 @@ func TestMarkdownGolden(t *testing.T) {
 	}
 }
 
+// The saved run's targets are what Evaluate makes of its figures.
+func TestEvaluateGolden(t *testing.T) {
+	b, err := os.ReadFile("testdata/results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	got := Evaluate(&r)
+	if len(got) != len(r.Targets) {
+		t.Fatalf("%d targets, the run had %d", len(got), len(r.Targets))
+	}
+	for i, tg := range got {
+		want := r.Targets[i]
+		want.Profile = nil
+		if tg != want {
+			t.Errorf("got %+v\nwant %+v", tg, want)
+		}
+	}
+}
+
 // firstDiff is the first line where got and want differ.
 func firstDiff(got, want []byte) string {
 	g, w := bytes.Split(got, []byte("\n")), bytes.Split(want, []byte("\n"))

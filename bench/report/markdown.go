@@ -155,23 +155,11 @@ func cpuBreakdown(live LiveProfile) [][]string {
 	return append(out, []string{"all", Dur(sumC), Dur(sumF), signedDur(sumC - sumF)})
 }
 
-// EnvoyModes is a row per mode through Envoy that ran, the latencies
-// added over the mode without ext_authz.
-func (v view) EnvoyModes() [][]string {
-	none, _ := v.Mode(ModeNone)
-	var out [][]string
-	for _, m := range append(slices.Clone(Modes), StoreModes...) {
-		e, ok := v.Mode(m)
-		if !ok && slices.Contains(StoreModes, m) {
-			continue
-		}
-		added50, added99 := "–", "–"
-		if m != ModeNone {
-			added50, added99 = signed(e.P50-none.P50), signed(e.P99-none.P99)
-		}
-		out = append(out, []string{m, fmt.Sprintf("%.0f", e.RPS), Dur(e.P50), Dur(e.P99), Dur(e.Mean), Dur(e.Max), added50, added99, fmt.Sprint(e.Calls)})
-	}
-	return out
+// NoExtAuthz is the run through Envoy without ext_authz, which the
+// others add latency to.
+func (v view) NoExtAuthz() EnvoyRun {
+	e, _ := v.Mode(ModeNone)
+	return e
 }
 
 // EnvoyCPU is a call's CPU by process in each mode, and what capsnap adds

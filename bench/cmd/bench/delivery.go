@@ -264,14 +264,14 @@ func (m *listingMode) list(ctx context.Context, w int) (listing, error) {
 // writes included, which BenchmarkDeliver225 does not run.
 func (h *harness) profileListings(ctx context.Context, m *listingMode) (*report.Profile, error) {
 	file := outPath("live-" + m.capsnap.Name + ".pprof")
-	sample, err := profileDuring(ctx, m.capsnap.adminURL, file, func() (mcpload.Sample, error) {
+	sample, err := profileDuring(ctx, h, m.capsnap.adminURL, file, func() (mcpload.Sample, error) {
 		return m.measure(ctx, math.MaxInt, 2*profileWindow)
 	})
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"tool", "pprof", "-top", "-cum", "-nodecount", "40", file}
-	top, err := goTool(ctx, args)
+	args := []string{"-top", "-cum", "-nodecount", "40", file}
+	top, err := h.pprof(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func (h *harness) profileListings(ctx context.Context, m *listingMode) (*report.
 	return &report.Profile{
 		What: fmt.Sprintf("CPU profile of the running capsnap (%s), %v while %d workers listed through the response path at %.0f listings/s, after the measured turns; its top 40 functions by cumulative time. "+
 			"Divide a function's time by the rate and the window for its cost per listing.", m.capsnap.Name, profileWindow, len(m.workers), rate),
-		Command: "go " + strings.Join(args, " "),
+		Command: "go tool pprof " + strings.Join(args, " "),
 		Top:     top,
 	}, nil
 }

@@ -63,27 +63,19 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The refund under the snapshot capsnap minted, which OPA's data
-	// names too: the same bytes to each of the three.
-	req := checkRequest(refundBody, epoch)
-	floor, err := h.floorTarget(ctx, req)
+	// The floor and OPA are sent capsnap's request, the refund under the
+	// snapshot it minted, which OPA's data names too.
+	floor, err := h.floorTarget(ctx, capsnap)
 	if err != nil {
 		return err
 	}
-	opa, err := h.opaTarget(ctx, req, epoch)
-	if err != nil {
-		return err
-	}
-	data, err := writeRequest("check-request.json", req)
+	opa, err := h.opaTarget(ctx, capsnap, epoch)
 	if err != nil {
 		return err
 	}
 	targets := []grpcTarget{capsnap, floor, opa}
-	for i := range targets {
-		targets[i].req, targets[i].data = req, data
-	}
 	for _, form := range []string{report.CapsnapEnvelope, report.CapsnapGrant} {
-		t, err := h.envelopeTarget(ctx, billingURL, form)
+		t, _, err := h.capsnapTarget(ctx, billingURL, form)
 		if err != nil {
 			return err
 		}
@@ -113,18 +105,27 @@ func (h *harness) checkOverGRPC(ctx context.Context) error {
 	return nil
 }
 
+// capsnapTargets are capsnap's process and request file in each form.
+var capsnapTargets = map[string]struct{ name, file string }{
+	report.Capsnap:         {"capsnap-grpc", "check-request.json"},
+	report.CapsnapEnvelope: {"capsnap-grpc-envelope", "check-request-envelope.json"},
+	report.CapsnapGrant:    {"capsnap-grpc-grant", "check-request-grant.json"},
+}
+
 // capsnapTarget starts capsnap as server (report.Capsnap, or one of the
-// envelope's forms), mints a snapshot with its first Check (tools/list)
-// and checks that it denies what the policy forbids. With an envelope,
-// capsnap signs the envelope of every allowed call with a key written for
-// it; under a grant, billing has a grant key written for it too.
+// envelope's forms), mints a snapshot with its first Check (tools/list),
+// checks that it denies what the policy forbids, and writes its request,
+// the refund under that snapshot. With an envelope, capsnap signs the
+// envelope of every allowed call with a key written for it; under a
+// grant, billing has a grant key written for it too; the refund's answer
+// must carry them, and their sizes are recorded.
 func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string) (grpcTarget, string, error) {
 	// The load talks to capsnap directly, with no Envoy and so no response
 	// path: the snapshot the Checks name is minted at the tools/list
 	// Check, from capsnap's view of the catalog.
-	spec := capsnapSpec{name: "capsnap-grpc", billingURL: billingURL, principal: "{source: mtls}", extra: "discovery: {bind: catalog}\n"}
+	form := capsnapTargets[server]
+	spec := capsnapSpec{name: form.name, billingURL: billingURL, principal: "{source: mtls}", extra: "discovery: {bind: catalog}\n"}
 	if server != report.Capsnap {
-		spec.name = map[string]string{report.CapsnapEnvelope: "capsnap-grpc-envelope", report.CapsnapGrant: "capsnap-grpc-grant"}[server]
 		key := filepath.Join(h.work, spec.name+"-envelope-key.pem")
 		if err := testbed.WriteEnvelopeKey(key); err != nil {
 			return grpcTarget{}, "", err
@@ -150,10 +151,16 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string) 
 	if err == nil {
 		err = mustDeny(ctx, client, epoch)
 	}
-	if err != nil {
-		return grpcTarget{}, "", fmt.Errorf("%s: %w", server, err)
+	t := grpcTarget{name: server, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs, req: checkRequest(refundBody, epoch)}
+	if err == nil && server != report.Capsnap {
+		err = h.envelopeHeaders(ctx, t)
 	}
-	t := grpcTarget{name: server, addr: cs.grpcAddr, proc: cs.server, client: client, capsnap: cs}
+	if err == nil {
+		t.data, err = writeRequest(form.file, t.req)
+	}
+	if err != nil {
+		return t, "", fmt.Errorf("%s: %w", server, err)
+	}
 	if server == report.Capsnap {
 		// The live profile is capsnap's and the floor's.
 		t.pprofURL = cs.adminURL
@@ -161,24 +168,17 @@ func (h *harness) capsnapTarget(ctx context.Context, billingURL, server string) 
 	return t, epoch, nil
 }
 
-// envelopeTarget starts the capsnap that sends envelopes in form server,
-// with its own snapshot and request, and checks that its allowed Check
-// carries an envelope, and a grant if under one; it records the headers'
-// sizes.
-func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string) (grpcTarget, error) {
-	t, epoch, err := h.capsnapTarget(ctx, billingURL, server)
-	if err != nil {
-		return t, err
-	}
-	t.req = checkRequest(refundBody, epoch)
-	ctx2, cancel := context.WithTimeout(ctx, 5*time.Second)
+// envelopeHeaders checks that t's allowed refund carries an envelope, and
+// a grant if t is under one, and records their sizes.
+func (h *harness) envelopeHeaders(ctx context.Context, t grpcTarget) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := t.client.Check(ctx2, t.req)
+	resp, err := t.client.Check(ctx, t.req)
 	if err == nil {
 		err = allowed(resp)
 	}
 	if err != nil {
-		return t, fmt.Errorf("%s: the refund: %w", t.name, err)
+		return fmt.Errorf("the refund: %w", err)
 	}
 	sizes := map[string]int{}
 	for _, hv := range resp.GetOkResponse().GetHeaders() {
@@ -186,47 +186,45 @@ func (h *harness) envelopeTarget(ctx context.Context, billingURL, server string)
 	}
 	n, g := sizes[envelope.Header], sizes[envelope.GrantHeader]
 	if n == 0 {
-		return t, fmt.Errorf("%s: an allowed Check carries no %s header", t.name, envelope.Header)
+		return fmt.Errorf("an allowed Check carries no %s header", envelope.Header)
 	}
-	if granted := server == report.CapsnapGrant; granted != (g > 0) {
-		return t, fmt.Errorf("%s: an allowed Check carries a %s header of %d bytes", t.name, envelope.GrantHeader, g)
+	if granted := t.name == report.CapsnapGrant; granted != (g > 0) {
+		return fmt.Errorf("an allowed Check carries a %s header of %d bytes", envelope.GrantHeader, g)
 	}
-	file := "check-request-envelope.json"
-	if server == report.CapsnapGrant {
+	if t.name == report.CapsnapGrant {
 		h.results.GrantEnvelopeHeaderBytes, h.results.GrantHeaderBytes = n, g
-		file = "check-request-grant.json"
 	} else {
 		h.results.EnvelopeHeaderBytes = n
 	}
-	t.data, err = writeRequest(file, t.req)
-	return t, err
+	return nil
 }
 
-// floorTarget starts the do-nothing server.
-func (h *harness) floorTarget(ctx context.Context, req *authv3.CheckRequest) (grpcTarget, error) {
+// floorTarget starts the do-nothing server, sent capsnap's request.
+func (h *harness) floorTarget(ctx context.Context, capsnap grpcTarget) (grpcTarget, error) {
 	noop, addr, pprofURL, err := h.startNoop("noop-grpc")
 	if err != nil {
 		return grpcTarget{}, err
 	}
-	client, err := h.dialCheck(ctx, addr, req, noop)
-	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client, pprofURL: pprofURL}, err
+	client, err := h.dialCheck(ctx, addr, capsnap.req, noop)
+	return grpcTarget{name: report.Floor, addr: addr, proc: noop, client: client, pprofURL: pprofURL, req: capsnap.req, data: capsnap.data}, err
 }
 
-// opaTarget starts OPA-Envoy with its data's snapshot under epoch, and
-// checks that it allows req and denies what the policy forbids.
-func (h *harness) opaTarget(ctx context.Context, req *authv3.CheckRequest, epoch string) (grpcTarget, error) {
+// opaTarget starts OPA-Envoy with its data's snapshot under epoch, sent
+// capsnap's request, and checks that it allows it and denies what the
+// policy forbids.
+func (h *harness) opaTarget(ctx context.Context, capsnap grpcTarget, epoch string) (grpcTarget, error) {
 	p, addr, err := h.startOPA(ctx, epoch)
 	if err != nil {
 		return grpcTarget{}, err
 	}
-	client, err := h.dialCheck(ctx, addr, req, p)
+	client, err := h.dialCheck(ctx, addr, capsnap.req, p)
 	if err != nil {
 		return grpcTarget{}, fmt.Errorf("OPA-Envoy does not allow the benchmark's request: %w", err)
 	}
 	if err := mustDeny(ctx, client, epoch); err != nil {
 		return grpcTarget{}, fmt.Errorf("OPA-Envoy: %w", err)
 	}
-	return grpcTarget{name: report.OPA, addr: addr, proc: p, client: client}, nil
+	return grpcTarget{name: report.OPA, addr: addr, proc: p, client: client, req: capsnap.req, data: capsnap.data}, nil
 }
 
 // writeRequest writes req as protojson, as the load reads it, to file in
@@ -236,8 +234,7 @@ func writeRequest(file string, req *authv3.CheckRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(outDir, file)
-	return path, os.WriteFile(path, b, 0o644)
+	return outPath(file), os.WriteFile(outPath(file), b, 0o644)
 }
 
 // concurrency measures every target at concurrency c. Each is first

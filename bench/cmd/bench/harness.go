@@ -17,12 +17,8 @@ import (
 )
 
 // Where the harness writes: the report, its chart, and the raw results,
-// logs and profiles of the run (outDir, not committed).
-const (
-	reportFile = "BENCHMARKS.md"
-	chartFile  = "docs/benchmarks-latency.svg"
-	outDir     = "bench/out"
-)
+// logs and profiles of the run (not committed).
+const reportFile, chartFile, outDir = "BENCHMARKS.md", "docs/benchmarks-latency.svg", "bench/out"
 
 // options are the command line's.
 type options struct {
@@ -38,10 +34,10 @@ type harness struct {
 	started time.Time
 	// work holds generated configurations; logs every process's output.
 	work, logs string
-	// Binaries, found by findBinaries.
+	// The binaries findBinaries found.
 	capsnap, billing, noop, mcpfixture, checkload, opaEnvoy, envoy, redis string
-	// undo stops the processes the harness started and closes its
-	// connections, the last first.
+	// undo stops the processes started and closes the connections made,
+	// the last first.
 	undo    []func()
 	results report.Results
 }
@@ -78,11 +74,11 @@ func newHarness(o options) (*harness, error) {
 	if b, err := os.ReadFile("go.mod"); err != nil || !bytes.HasPrefix(b, []byte("module github.com/capsnap/capsnap\n")) {
 		return nil, fmt.Errorf("run from capsnap's repository root (make bench does): no go.mod of github.com/capsnap/capsnap here")
 	}
-	h := &harness{o: o, started: time.Now(), logs: filepath.Join(outDir, "logs")}
+	h := &harness{o: o, started: time.Now(), logs: outPath("logs")}
 	// Nothing of an earlier run may pass for this one's: capsnap appends
 	// to its audit file, and a profile is only written for a miss.
-	old, _ := filepath.Glob(filepath.Join(outDir, "*.pprof"))
-	for _, p := range append(old, h.logs, filepath.Join(outDir, "results.json")) {
+	old, _ := filepath.Glob(outPath("*.pprof"))
+	for _, p := range append(old, h.logs, outPath("results.json")) {
 		if err := os.RemoveAll(p); err != nil {
 			return nil, err
 		}
@@ -90,14 +86,10 @@ func newHarness(o options) (*harness, error) {
 	if err := os.MkdirAll(h.logs, 0o755); err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp("", "capsnap-bench-")
-	if err != nil {
-		return nil, err
-	}
-	h.work = work
-	h.results.Started = h.started
-	h.results.Method.Turns = turns
-	return h, nil
+	h.results.Started, h.results.Method.Turns = h.started, turns
+	var err error
+	h.work, err = os.MkdirTemp("", "capsnap-bench-")
+	return h, err
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -208,10 +200,10 @@ func freeAddr() (string, error) {
 func (h *harness) saveResults() error {
 	h.results.Elapsed = time.Since(h.started)
 	b, err := json.MarshalIndent(&h.results, "", "  ")
-	if err != nil {
-		return err
+	if err == nil {
+		err = os.WriteFile(outPath("results.json"), b, 0o644)
 	}
-	return os.WriteFile(filepath.Join(outDir, "results.json"), b, 0o644)
+	return err
 }
 
 // write writes results.json, BENCHMARKS.md and the latency chart.
@@ -237,8 +229,7 @@ func (h *harness) write(context.Context) error {
 func (h *harness) summary() {
 	w := bufio.NewWriter(os.Stderr)
 	defer w.Flush()
-	fmt.Fprintf(w, "bench: done in %v; wrote %s, %s and %s\n", time.Since(h.started).Round(time.Second),
-		reportFile, chartFile, filepath.Join(outDir, "results.json"))
+	fmt.Fprintf(w, "bench: done in %v; wrote %s, %s and %s\n", time.Since(h.started).Round(time.Second), reportFile, chartFile, outPath("results.json"))
 	for _, t := range h.results.Targets {
 		fmt.Fprintf(w, "  %-8s %s: %s\n", t.Status, t.Name, t.Measured)
 	}

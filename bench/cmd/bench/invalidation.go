@@ -82,7 +82,7 @@ func (h *harness) startStack(ctx context.Context) (*testbed.Stack, error) {
 // redeploys billing to variant and calls refund until capsnap denies it.
 func trial(ctx context.Context, stack *testbed.Stack, sess *mcpload.Session, variant string) (report.Trial, error) {
 	t := report.Trial{Variant: variant}
-	if _, err := sess.List(ctx); err != nil {
+	if err := sess.List(ctx); err != nil {
 		return t, err
 	}
 	for _, body := range []string{lookupBody, refundBody} {

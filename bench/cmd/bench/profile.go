@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,13 +108,13 @@ func (h *harness) benchProfile(ctx context.Context, spec benchProfile) (*report.
 	if len(res) == 0 {
 		return nil, fmt.Errorf("%s matched no benchmark", spec.bench)
 	}
-	args := []string{"tool", "pprof", "-top", "-nodecount", "20"}
+	args := []string{"-top", "-nodecount", "20"}
 	if spec.mem {
 		args = append(args, "-sample_index", "alloc_space")
 	}
 	args = append(args, binary, file)
-	top, err := goTool(ctx, args)
-	return &report.Profile{What: spec.what, Command: run.String() + " && go " + strings.Join(args, " "), Top: top}, err
+	top, err := h.pprof(ctx, args...)
+	return &report.Profile{What: spec.what, Command: run.String() + " && go tool pprof " + strings.Join(args, " "), Top: top}, err
 }
 
 // liveProfile profiles capsnap and the floor (net/http/pprof, CPU) while
@@ -137,17 +135,17 @@ func (h *harness) liveProfile(ctx context.Context, targets []grpcTarget, c int) 
 			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		file := outPath(fmt.Sprintf("live-%s-c%d.pprof", t.proc.Name, c))
-		rep, err := profileDuring(ctx, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, n).Do(ctx) })
+		rep, err := profileDuring(ctx, h, t.pprofURL, file, func() (grpcload.Report, error) { return h.loadRun(t, c, n).Do(ctx) })
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
-		args := []string{"tool", "pprof", "-top", "-nodecount", "25", file}
-		out, err := goTool(ctx, args)
+		args := []string{"-top", "-nodecount", "25", file}
+		out, err := h.pprof(ctx, args...)
 		if err != nil {
 			return nil, nil, err
 		}
 		what = append(what, fmt.Sprintf("%s at %.0f Checks/s", t.name, rep.RPS))
-		cmds = append(cmds, "go "+strings.Join(args, " "))
+		cmds = append(cmds, "go tool pprof "+strings.Join(args, " "))
 		top = append(top, fmt.Sprintf("== %s (%.0f Checks/s while profiled)\n%s", t.name, rep.RPS, strings.TrimRight(out, "\n")))
 		total, cum, err := cumulative(file)
 		if err != nil {
@@ -241,55 +239,32 @@ func cumulative(file string) (time.Duration, map[string]time.Duration, error) {
 // profileDuring runs load, which must outlast the profile window by a
 // quarter of it, and saves to file the CPU profile served at base, taken
 // from a quarter window into it; it returns load's outcome.
-func profileDuring[T any](ctx context.Context, base, file string, load func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := load()
-		done <- result{v, err}
-	}()
+func profileDuring[T any](ctx context.Context, h *harness, base, file string, load func() (T, error)) (T, error) {
+	var v T
+	var err error
+	done := make(chan struct{})
+	go func() { defer close(done); v, err = load() }()
 	select {
 	case <-time.After(profileWindow / 4):
-	case r := <-done:
-		return r.v, fmt.Errorf("the load ended before the profile began: %v", r.err)
+	case <-done:
+		return v, fmt.Errorf("the load ended before the profile began: %v", err)
 	}
-	perr := fetchProfile(ctx, base, file)
-	r := <-done
-	if r.err != nil {
-		return r.v, r.err
+	_, perr := h.pprof(ctx, "-proto", "-output", file, "-seconds", fmt.Sprint(profileWindow.Seconds()), base+"/debug/pprof/profile")
+	<-done
+	if err != nil {
+		return v, err
 	}
-	return r.v, perr
+	return v, perr
 }
 
-// fetchProfile saves the CPU profile served at base/debug/pprof/profile.
-func fetchProfile(ctx context.Context, base, file string) error {
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(profileWindow.Seconds()))
-	ctx, cancel := context.WithTimeout(ctx, profileWindow+10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+// pprof runs go tool pprof with args and returns its output; the copy it
+// keeps of a profile it fetches goes into the work directory.
+func (h *harness) pprof(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "pprof"}, args...)...)
+	cmd.Env = append(os.Environ(), "PPROF_TMPDIR="+h.work)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("profile: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s: %.512s", url, resp.Status, b)
-	}
-	if err != nil {
-		return fmt.Errorf("profile: %w", err)
-	}
-	return os.WriteFile(file, b, 0o644)
-}
-
-// goTool runs go with args (go tool pprof) and returns its output.
-func goTool(ctx context.Context, args []string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("go tool pprof %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
 }

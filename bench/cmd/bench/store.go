@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/capsnap/capsnap/bench/gobench"
 	"github.com/capsnap/capsnap/bench/report"
 	"github.com/capsnap/capsnap/examples/billing"
-	"github.com/capsnap/capsnap/testbed"
 )
 
 // The shared snapshot store (issue 15): capsnap replicas sharing their
@@ -31,39 +29,6 @@ import (
 // storePattern selects the shared store's Go benchmarks
 // (decide/store_bench_test.go); the hot-path run skips them.
 const storePattern = "^(BenchmarkCheckStore|BenchmarkSnapshotsRedis)$"
-
-// findRedis finds redis-server as the tests do, through
-// $CAPSNAP_REDIS_SERVER (make bench sets it), else on PATH, and sets that
-// variable for the go test runs the harness starts.
-func (h *harness) findRedis() error {
-	bin := os.Getenv(testbed.RedisServerEnv)
-	if bin == "" {
-		bin = "redis-server"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		return fmt.Errorf("no redis-server (%v): make redis installs it", err)
-	}
-	if path, err = filepath.Abs(path); err != nil {
-		return err
-	}
-	h.redis = path
-	return os.Setenv(testbed.RedisServerEnv, path)
-}
-
-// redisVersion is "Redis 7.0.15" from redis-server --version.
-func redisVersion(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil {
-		return "?"
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if v, ok := strings.CutPrefix(f, "v="); ok {
-			return "Redis " + v
-		}
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // storeBenchmarks runs the shared store's Go benchmarks: the allowed Check
 // on each store, and Redis's memory per snapshot. Each must have run: a
@@ -89,29 +54,21 @@ func (h *harness) storeBenchmarks(ctx context.Context) error {
 	return nil
 }
 
-// storeSecret writes the secret replicas sharing a store share, once, and
-// returns its path.
-func (h *harness) storeSecret() (string, error) {
-	path := filepath.Join(h.work, "snapshot.key")
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	}
-	var key [32]byte
-	_, _ = rand.Read(key[:])
-	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key[:])+"\n"), 0o600)
-}
-
 // redisSnapshots is capsnap's snapshots section (a YAML flow mapping) for
-// the store on the Redis at addr, its keys under prefix. Its operation
-// timeout is 1s, not the default 200ms: on a 2-core machine that other
-// work may load, a Redis answer later than 200ms makes the store
-// unavailable, and capsnap then denies every call (store_unavailable)
-// until a probe succeeds, which fails the run; a figure within the
-// timeout is the same either way.
+// the store on the Redis at addr, its keys under prefix, and the secret
+// every replica of the run shares. Its operation timeout is 1s, not the
+// default 200ms: on a 2-core machine that other work may load, a Redis
+// answer later than 200ms makes the store unavailable, and capsnap then
+// denies every call (store_unavailable) until a probe succeeds, which
+// fails the run; a figure within the timeout is the same either way.
 func (h *harness) redisSnapshots(addr, prefix string) (string, error) {
-	secret, err := h.storeSecret()
-	if err != nil {
-		return "", err
+	secret := filepath.Join(h.work, "snapshot.key")
+	if _, err := os.Stat(secret); err != nil {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return "", err
+		}
 	}
 	return fmt.Sprintf("{ttl: 30m, store: redis, redis: {addr: %q, key_prefix: %q, secret_file: %q, timeout: 1s}}", addr, prefix, secret), nil
 }
