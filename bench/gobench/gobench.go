@@ -65,8 +65,8 @@ func Find(rs []Result, name string) (Result, bool) {
 
 // Run is one go test invocation that runs benchmarks only.
 type Run struct {
-	// Dir is the module's root; Log receives go test's whole output.
-	Dir, Log string
+	// Log receives go test's whole output.
+	Log string
 	// Bench and Skip are go test's -bench and -skip patterns.
 	Bench, Skip string
 	// Args are further go test flags (-benchtime, -cpuprofile, ...).
@@ -80,7 +80,6 @@ type Run struct {
 func (r Run) Do(ctx context.Context) ([]Result, error) {
 	args := r.args()
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = r.Dir
 	// go test runs the test binary as its child: its own process group,
 	// killed whole on cancel, leaves no benchmark running behind us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -12,9 +12,8 @@ package grpcload
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,26 +163,11 @@ func (r Report) ClientPerCheck() time.Duration {
 // failed, was denied or ended with a status other than OK: the benchmark
 // measures allowed Checks only.
 func (r Report) Failed() error {
-	if r.Count == 0 {
-		return fmt.Errorf("no request was made")
-	}
-	var bad []string
-	for msg, n := range r.Errors {
-		bad = append(bad, fmt.Sprintf("%d× error %q", n, msg))
-	}
-	counted := 0
-	for code, n := range r.StatusCode {
-		counted += n
-		if code != "OK" {
-			bad = append(bad, fmt.Sprintf("%d× status %s", n, code))
-		}
-	}
-	if counted != r.Count {
-		bad = append(bad, fmt.Sprintf("%d without a status", r.Count-counted))
-	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		return fmt.Errorf("%d requests, of which failed: %s", r.Count, strings.Join(bad, "; "))
+	switch {
+	case r.Count == 0:
+		return errors.New("no request was made")
+	case len(r.Errors) > 0 || r.StatusCode["OK"] != r.Count:
+		return fmt.Errorf("%d requests, of which failed: %v, by status: %v", r.Count, r.Errors, r.StatusCode)
 	}
 	return nil
 }

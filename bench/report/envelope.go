@@ -24,22 +24,12 @@ const (
 	BenchCheckEnvelopeOff = "BenchmarkCheckEnvelope/off"
 	BenchCheckEnvelopeOn  = "BenchmarkCheckEnvelope/on"
 	BenchSealSign         = "BenchmarkSealParts/ed25519.Sign"
-	BenchSealJOSE         = "BenchmarkSealParts/jose.Sign"
 	BenchSealArgsDigest   = "BenchmarkSealParts/ArgsDigest"
 	BenchSeal             = "BenchmarkSealParts/Seal"
 	BenchCheckGrant       = "BenchmarkCheckEnvelope/grant"
 	BenchGrantMint        = "BenchmarkGrant/Grant"
 	BenchGrantSeal        = "BenchmarkGrant/Seal"
 )
-
-// EnvelopeCost is what the envelope adds to one allowed Check in process:
-// ns/op, B/op and allocs/op, on less off; ok is false if either did not
-// run.
-func EnvelopeCost(hot []gobench.Result) (off, on gobench.Result, ok bool) {
-	off, ok1 := gobench.Find(hot, BenchCheckEnvelopeOff)
-	on, ok2 := gobench.Find(hot, BenchCheckEnvelopeOn)
-	return off, on, ok1 && ok2
-}
 
 // inProcess is what the envelope costs the allowed Check in process.
 type inProcess struct {
@@ -57,8 +47,10 @@ type grantCost struct{ Added, Check, Seal, Mint string }
 // EnvelopeInProcess is nil unless BenchmarkCheckEnvelope ran; its parts
 // are nil unless BenchmarkSealParts ran.
 func (v view) EnvelopeInProcess() *inProcess {
-	off, on, ok := EnvelopeCost(v.HotPath)
-	if !ok {
+	find := func(name string) (gobench.Result, bool) { return gobench.Find(v.HotPath, name) }
+	off, okOff := find(BenchCheckEnvelopeOff)
+	on, okOn := find(BenchCheckEnvelopeOn)
+	if !okOff || !okOn {
 		return nil
 	}
 	diff := func(x gobench.Result, unit string) string {
@@ -77,7 +69,6 @@ func (v view) EnvelopeInProcess() *inProcess {
 		Rows:  append([][]string{{"envelope off", nsop(off), metric(off, "B/op"), metric(off, "allocs/op")}}, vsOff("envelope on", on)...),
 		Added: signed(time.Duration(added)), AddedAllocs: diff(on, "allocs/op"), Off: nsop(off), On: nsop(on),
 	}
-	find := func(name string) (gobench.Result, bool) { return gobench.Find(v.HotPath, name) }
 	grant, okGrant := find(BenchCheckGrant)
 	if okGrant {
 		e.Rows = append(e.Rows, vsOff("under a grant", grant)...)

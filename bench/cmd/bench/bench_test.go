@@ -278,7 +278,7 @@ func TestTakeTurns(t *testing.T) {
 	tallies := []*cpuTally{newCPUTally(theLoad()), newCPUTally(theLoad())}
 	res, err := takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
 		order = append(order, i)
-		return calls(mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, nil)
+		return mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, 1, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +295,7 @@ func TestTakeTurns(t *testing.T) {
 	n := 0
 	if _, err := takeTurns(tallies, func(int) (mcpload.Sample, int, error) {
 		n++
-		return calls(mcpload.Sample{}, fmt.Errorf("refused"))
+		return mcpload.Sample{}, 0, fmt.Errorf("refused")
 	}); err == nil || n != 1 {
 		t.Fatalf("a failed turn: %v after %d turns", err, n)
 	}

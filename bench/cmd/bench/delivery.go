@@ -118,24 +118,14 @@ func (h *harness) delivery(ctx context.Context) error {
 		tallies[i] = newCPUTally(process{"Envoy", []int{m.envoy.Pid()}}, process{"capsnap", []int{m.capsnap.Pid()}},
 			process{"mcpfixture", []int{fixture.Pid()}}, theLoad())
 	}
-	var samples [][]mcpload.Sample
-	err = noDenials(ctx, []*capsnapServer{with.capsnap, without.capsnap}, func() (err error) {
-		samples, err = takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
-			s, err := modes[i].measure(ctx, deliveryListings/turns, deliveryTurn)
-			if err == nil {
-				err = modes[i].envoy.gone()
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", modes[i].name, err)
-			}
-			return calls(s, err)
-		})
-		return err
+	names, envoys := []string{with.name, without.name}, []*server{with.envoy, without.envoy}
+	results, err := callsInTurns(ctx, names, envoys, tallies, []*capsnapServer{with.capsnap, without.capsnap}, func(i int) (mcpload.Sample, error) {
+		return modes[i].measure(ctx, deliveryListings/turns, deliveryTurn)
 	})
 	if err != nil {
 		return err
 	}
-	d.With, d.Without = mcpload.Summarize(samples[0]...), mcpload.Summarize(samples[1]...)
+	d.With, d.Without = results[0], results[1]
 	d.WithCPU, d.WithoutCPU = tallies[0].perCall(), tallies[1].perCall()
 	if d.Profile, err = h.profileListings(ctx, with); err != nil {
 		return fmt.Errorf("%s: profile: %w", with.name, err)

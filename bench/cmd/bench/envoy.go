@@ -83,34 +83,36 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		}
 		capsnaps = append(capsnaps, c)
 	}
-	// Each mode's Envoy, the ext_authz servers it asks, and the processes
-	// that serve its calls, by which a call's CPU is split.
-	authz := map[string][]*server{
-		report.ModeFloor: {noop}, report.ModeCapsnap: {capsnaps[0].server},
-		report.ModeRedis: {capsnaps[1].server}, report.ModeReplicas: {capsnaps[2].server, capsnaps[3].server},
+	// Each mode's Envoy and the ext_authz servers it asks, round robin;
+	// and the processes that serve its calls, by which a call's CPU is
+	// split.
+	floor := &capsnapServer{server: noop, grpcAddr: noopAddr}
+	modes := []struct {
+		name, envoy string
+		authz       []*capsnapServer
+	}{
+		{report.ModeNone, "envoy-none", nil}, {report.ModeFloor, "envoy-floor", []*capsnapServer{floor}},
+		{report.ModeCapsnap, "envoy-capsnap", capsnaps[:1]}, {report.ModeRedis, "envoy-redis", capsnaps[1:2]},
+		{report.ModeReplicas, "envoy-replicas", capsnaps[2:]},
 	}
-	addrs := map[*server]string{noop: noopAddr}
-	for _, c := range capsnaps {
-		addrs[c.server] = c.grpcAddr
-	}
-	all := append(slices.Clone(report.Modes), report.StoreModes...)
-	envoys := make([]*server, len(all))
-	runners := make([]*mcpload.Runner, len(all))
-	tallies := make([]*cpuTally, len(all))
-	for i, mode := range all {
+	var names []string
+	envoys := make([]*server, len(modes))
+	runners := make([]*mcpload.Runner, len(modes))
+	tallies := make([]*cpuTally, len(modes))
+	for i, mode := range modes {
+		names = append(names, mode.name)
 		var to []string
 		var pids []int
-		for _, s := range authz[mode] {
-			to, pids = append(to, addrs[s]), append(pids, s.Pid())
+		for _, a := range mode.authz {
+			to, pids = append(to, a.grpcAddr), append(pids, a.Pid())
 		}
 		var edit func([]byte) ([]byte, error)
 		if len(to) == 0 {
 			edit = func(cfg []byte) ([]byte, error) { return withoutFilter(cfg, extAuthzFilter) }
 		}
 		var url string
-		envoys[i], url, err = h.startEnvoy(ctx, envoyNames[mode], billingURL, to, edit)
-		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+		if envoys[i], url, err = h.startEnvoy(ctx, mode.envoy, billingURL, to, edit); err != nil {
+			return fmt.Errorf("%s: %w", mode.name, err)
 		}
 		load := mcpload.Load{
 			URL: url, Header: map[string]string{testbed.PrincipalHeader: agent},
@@ -118,47 +120,30 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 			Workers: envoyWorkers, Warmup: envoyWarmup,
 		}
 		if runners[i], err = load.Start(ctx); err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+			return fmt.Errorf("%s: %w", mode.name, err)
 		}
 		h.later(runners[i].Close)
 		procs := []process{{"Envoy", []int{envoys[i].Pid()}}, {"billing", []int{billing.Pid()}}}
 		if pids != nil {
 			procs = append(procs, process{"the authorizer", pids})
 		}
-		if slices.Contains(report.StoreModes, mode) {
+		if slices.Contains(report.StoreModes, mode.name) {
 			procs = append(procs, process{"Redis", []int{redis.Pid()}})
 		}
 		tallies[i] = newCPUTally(append(procs, theLoad())...)
 	}
-	var samples [][]mcpload.Sample
-	err = noDenials(ctx, capsnaps, func() (err error) {
-		samples, err = takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
-			s, err := runners[i].Measure(ctx, h.o.envoyRun/turns, envoyPerWorker/turns)
-			if err == nil {
-				err = envoys[i].gone()
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", all[i], err)
-			}
-			return calls(s, err)
-		})
-		return err
+	results, err := callsInTurns(ctx, names, envoys, tallies, capsnaps, func(i int) (mcpload.Sample, error) {
+		return runners[i].Measure(ctx, h.o.envoyRun/turns, envoyPerWorker/turns)
 	})
 	if err != nil {
 		return err
 	}
-	for i, mode := range all {
-		res := mcpload.Summarize(samples[i]...)
+	for i, mode := range names {
+		res := results[i]
 		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res, CPU: tallies[i].perCall()})
 		h.logf("   %-32s %7.0f calls/s  p50 %-9s p99 %s", mode, res.RPS, report.Dur(res.P50), report.Dur(res.P99))
 	}
 	return nil
-}
-
-// envoyNames are the modes' Envoys.
-var envoyNames = map[string]string{
-	report.ModeNone: "envoy-none", report.ModeFloor: "envoy-floor", report.ModeCapsnap: "envoy-capsnap",
-	report.ModeRedis: "envoy-redis", report.ModeReplicas: "envoy-replicas",
 }
 
 // startEnvoy runs Envoy as name on envoy/demo.yaml in front of billing,

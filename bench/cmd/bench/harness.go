@@ -192,8 +192,21 @@ func (s *server) awaitHTTP(ctx context.Context, url string) error {
 }
 
 func freeAddr() (string, error) {
-	p, err := testbed.FreePort()
-	return fmt.Sprintf("127.0.0.1:%d", p), err
+	a, err := freeAddrs(1)
+	return a[0], err
+}
+
+// freeAddrs are n free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
+	addrs := make([]string, n)
+	for i := range addrs {
+		p, err := testbed.FreePort()
+		if err != nil {
+			return addrs, err
+		}
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return addrs, nil
 }
 
 // saveResults writes results.json with whatever has been measured.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -99,5 +100,27 @@ func takeTurns[S any](tallies []*cpuTally, measure func(i int) (S, int, error)) 
 	return out, nil
 }
 
-// calls is a sample with the calls it made, as takeTurns measures it.
-func calls(s mcpload.Sample, err error) (mcpload.Sample, int, error) { return s, len(s.Latencies), err }
+// callsInTurns has MCP loads take their turns (takeTurns), none of
+// capsnaps denying a request meanwhile; measure(i) is load i's turn,
+// through envoys[i], which must outlive it. It sums up each load's turns.
+func callsInTurns(ctx context.Context, names []string, envoys []*server, tallies []*cpuTally, capsnaps []*capsnapServer, measure func(i int) (mcpload.Sample, error)) ([]mcpload.Result, error) {
+	var samples [][]mcpload.Sample
+	err := noDenials(ctx, capsnaps, func() (err error) {
+		samples, err = takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
+			s, err := measure(i)
+			if err == nil {
+				err = envoys[i].gone()
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", names[i], err)
+			}
+			return s, len(s.Latencies), err
+		})
+		return err
+	})
+	results := make([]mcpload.Result, len(samples))
+	for i, s := range samples {
+		results[i] = mcpload.Summarize(s...)
+	}
+	return results, err
+}

@@ -71,17 +71,12 @@ func (h *harness) startCapsnap(ctx context.Context, spec capsnapSpec) (*capsnapS
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var err error
-	if spec.policy == nil {
-		if spec.policy, err = os.ReadFile(demoPolicy); err != nil {
-			return nil, err
-		}
+	addrs, err := freeAddrs(2) // gRPC, admin
+	if err == nil && spec.policy == nil {
+		spec.policy, err = os.ReadFile(demoPolicy)
 	}
-	var addrs [2]string
-	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	audit, err := filepath.Abs(filepath.Join(h.logs, spec.name+".audit.log"))
 	if err != nil {
@@ -169,15 +164,11 @@ func noDenials(ctx context.Context, capsnaps []*capsnapServer, f func() error) e
 
 // startNoop starts the floor, serving its profiles at pprofURL.
 func (h *harness) startNoop(name string) (s *server, addr, pprofURL string, err error) {
-	if addr, err = freeAddr(); err != nil {
-		return nil, "", "", err
+	addrs, err := freeAddrs(2)
+	if err == nil {
+		s, err = h.start(name, h.noop, "-addr", addrs[0], "-pprof", addrs[1])
 	}
-	pprofAddr, err := freeAddr()
-	if err != nil {
-		return nil, "", "", err
-	}
-	s, err = h.start(name, h.noop, "-addr", addr, "-pprof", pprofAddr)
-	return s, addr, "http://" + pprofAddr, err
+	return s, addrs[0], "http://" + addrs[1], err
 }
 
 // startOPA starts OPA-Envoy on bench/opa's policy, with its data's
@@ -187,13 +178,9 @@ func (h *harness) startOPA(ctx context.Context, epoch string) (*server, string, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
-	var addrs [3]string // gRPC, the REST API, diagnostics
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, "", err
-		}
-		addrs[i] = a
+	addrs, err := freeAddrs(3) // gRPC, the REST API, diagnostics
+	if err != nil {
+		return nil, "", err
 	}
 	args, err := opa.Files(dir, epoch, addrs[0], addrs[1], addrs[2])
 	if err != nil {
