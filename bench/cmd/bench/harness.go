@@ -4,14 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
+
+	"github.com/capsnap/capsnap/bench/mcpload"
+	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/bench/report"
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -246,4 +253,217 @@ func (h *harness) summary() {
 	for _, t := range h.results.Targets {
 		fmt.Fprintf(w, "  %-8s %s: %s\n", t.Status, t.Name, t.Measured)
 	}
+}
+
+// opaVersion is the OPA-Envoy the Makefile's peers target builds: another
+// version's figures would not be the ones BENCHMARKS.md says they are.
+const opaVersion = "1.15.2-envoy"
+
+// findBinaries finds every binary the run needs, or says how to get it.
+func (h *harness) findBinaries(context.Context) error {
+	for _, b := range []struct {
+		path *string
+		file string
+	}{
+		{&h.capsnap, filepath.Join(h.o.bin, "capsnap")}, {&h.billing, filepath.Join(h.o.bin, "billing")},
+		{&h.noop, filepath.Join(h.o.bin, "noop")}, {&h.mcpfixture, filepath.Join(h.o.bin, "mcpfixture")},
+		{&h.checkload, filepath.Join(h.o.bin, "checkload")}, {&h.opaEnvoy, filepath.Join(h.o.peers, "opa_envoy")},
+	} {
+		abs, err := filepath.Abs(b.file)
+		if err != nil {
+			return err
+		}
+		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("missing %s (make bench builds it, and make peers OPA-Envoy)", abs)
+		}
+		*b.path = abs
+	}
+	if out, err := exec.Command(h.opaEnvoy, "version").Output(); err != nil || !strings.Contains(string(out), "Version: "+opaVersion+"\n") {
+		return fmt.Errorf("%s is not opa-envoy-plugin %s (%v): run make peers", h.opaEnvoy, opaVersion, err)
+	}
+	var err error
+	if h.envoy, err = testbed.FindEnvoy(); err != nil {
+		return fmt.Errorf("%w (make envoy installs it)", err)
+	}
+	// redis-server as the tests find it, through $CAPSNAP_REDIS_SERVER
+	// (make bench sets it), else on PATH; the variable is set for the go
+	// test runs the harness starts.
+	bin := os.Getenv(testbed.RedisServerEnv)
+	if bin == "" {
+		bin = "redis-server"
+	}
+	if h.redis, err = exec.LookPath(bin); err != nil {
+		return fmt.Errorf("no redis-server (%v): make redis installs it", err)
+	}
+	if h.redis, err = filepath.Abs(h.redis); err != nil {
+		return err
+	}
+	return os.Setenv(testbed.RedisServerEnv, h.redis)
+}
+
+func (h *harness) describeMachine(context.Context) error {
+	envoyVersion, err := testbed.EnvoyVersion(h.envoy)
+	if err != nil {
+		return err
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	redis, _ := exec.Command(h.redis, "--version").Output()
+	m := report.Machine{
+		CPU: "?", Cores: runtime.NumCPU(), Kernel: strings.TrimSpace(string(kernel)), Go: runtime.Version(),
+		Envoy: envoyRelease(envoyVersion), Redis: "?", Date: h.started.UTC().Format(time.RFC3339), LoadAvg: "?",
+		OPA: fmt.Sprintf("opa-envoy-plugin %s (OPA %s)", opaVersion, depVersion(h.opaEnvoy, "github.com/open-policy-agent/opa")),
+	}
+	// "Redis server v=7.0.15 sha=…"
+	for _, f := range strings.Fields(string(redis)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			m.Redis = "Redis " + v
+		}
+	}
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if info, err := fs.CPUInfo(); err == nil && len(info) > 0 {
+			m.CPU = info[0].ModelName
+		}
+		if l, err := fs.LoadAvg(); err == nil {
+			m.LoadAvg = fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
+		}
+	}
+	h.results.Machine = m
+	h.logf("   %s, %d cores, kernel %s, %s", m.CPU, m.Cores, m.Kernel, m.Go)
+	return nil
+}
+
+// depVersion is the version of module dep inside bin.
+func depVersion(bin, dep string) string {
+	if info, err := buildinfo.ReadFile(bin); err == nil {
+		for _, d := range info.Deps {
+			if d.Path == dep {
+				return d.Version
+			}
+		}
+	}
+	return "?"
+}
+
+// envoyRelease shortens Envoy's version line ("/path/to/envoy  version:
+// <sha>/1.40.0/Clean/RELEASE/BoringSSL") to its release.
+func envoyRelease(line string) string {
+	_, v, ok := strings.Cut(line, "version: ")
+	if parts := strings.Split(strings.TrimSpace(v), "/"); ok && len(parts) > 1 {
+		return "Envoy " + parts[1]
+	}
+	return line
+}
+
+// process is one job in a measured turn, done by one process or several
+// (two replicas): what a call's CPU is split by.
+type process struct {
+	name string
+	pids []int
+}
+
+// theLoad is the harness's own process, whose clients make the calls.
+func theLoad() process { return process{"the load", []int{os.Getpid()}} }
+
+// cpuTally adds up what each of its processes spends over a mode's turns,
+// and the calls the turns made.
+type cpuTally struct {
+	procs []process
+	spent []time.Duration
+	calls int
+}
+
+func newCPUTally(procs ...process) *cpuTally {
+	return &cpuTally{procs: procs, spent: make([]time.Duration, len(procs))}
+}
+
+// during runs turn, which returns the calls it made, and adds what each
+// process spent meanwhile.
+func (t *cpuTally) during(turn func() (int, error)) error {
+	before, err := t.read()
+	if err != nil {
+		return err
+	}
+	calls, err := turn()
+	if err != nil {
+		return err
+	}
+	after, err := t.read()
+	if err != nil {
+		return err
+	}
+	for i := range t.spent {
+		t.spent[i] += after[i] - before[i]
+	}
+	t.calls += calls
+	return nil
+}
+
+func (t *cpuTally) read() ([]time.Duration, error) {
+	out := make([]time.Duration, len(t.procs))
+	for i, p := range t.procs {
+		for _, pid := range p.pids {
+			cpu, err := proc.CPU(pid)
+			if err != nil {
+				return nil, fmt.Errorf("CPU of %s (pid %d): %w", p.name, pid, err)
+			}
+			out[i] += cpu
+		}
+	}
+	return out, nil
+}
+
+// perCall is the tally as the report gives it; nil before any call.
+func (t *cpuTally) perCall() []report.ProcessCPU {
+	if t.calls == 0 {
+		return nil
+	}
+	out := make([]report.ProcessCPU, len(t.procs))
+	for i, p := range t.procs {
+		out[i] = report.ProcessCPU{Process: p.name, CPU: t.spent[i], PerCall: t.spent[i] / time.Duration(t.calls)}
+	}
+	return out
+}
+
+// takeTurns measures contenders in turns (turnOrder), one measure(i) a
+// turn, which returns what it measured and the calls it made, tallies[i]
+// adding up what contender i's processes spend meanwhile; it returns each
+// contender's turns.
+func takeTurns[S any](tallies []*cpuTally, measure func(i int) (S, int, error)) ([][]S, error) {
+	out := make([][]S, len(tallies))
+	for _, i := range turnOrder(len(tallies)) {
+		err := tallies[i].during(func() (int, error) {
+			s, n, err := measure(i)
+			out[i] = append(out[i], s)
+			return n, err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// callsInTurns has MCP loads take their turns (takeTurns), none of
+// capsnaps denying a request meanwhile; measure(i) is load i's turn,
+// through envoys[i], which must outlive it. It sums up each load's turns.
+func callsInTurns(ctx context.Context, names []string, envoys []*server, tallies []*cpuTally, capsnaps []*capsnapServer, measure func(i int) (mcpload.Sample, error)) ([]mcpload.Result, error) {
+	var samples [][]mcpload.Sample
+	_, err := decided(ctx, capsnaps, func() (err error) {
+		samples, err = takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
+			s, err := measure(i)
+			if err == nil {
+				err = envoys[i].gone()
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", names[i], err)
+			}
+			return s, len(s.Latencies), err
+		})
+		return err
+	})
+	results := make([]mcpload.Result, len(samples))
+	for i, s := range samples {
+		results[i] = mcpload.Summarize(s...)
+	}
+	return results, err
 }

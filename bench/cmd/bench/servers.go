@@ -115,51 +115,57 @@ debug: {pprof: true}
 	return c, s.awaitHTTP(ctx, c.adminURL+"/readyz")
 }
 
-// decisions is capsnap's capsnap_decisions_total, allows and denials.
-func (c *capsnapServer) decisions(ctx context.Context) (allow, deny float64, err error) {
+// decisions is capsnap's capsnap_decisions_total by decision (allow,
+// deny).
+func (c *capsnapServer) decisions(ctx context.Context) (map[string]float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.adminURL+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("capsnap metrics: %w", err)
+		return nil, fmt.Errorf("capsnap metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("capsnap metrics: %w", err)
+		return nil, fmt.Errorf("capsnap metrics: %w", err)
 	}
+	byDecision := map[string]float64{}
 	for _, m := range families["capsnap_decisions_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			switch {
-			case l.GetName() == "decision" && l.GetValue() == "allow":
-				allow += m.GetCounter().GetValue()
-			case l.GetName() == "decision" && l.GetValue() == "deny":
-				deny += m.GetCounter().GetValue()
+			if l.GetName() == "decision" {
+				byDecision[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return allow, deny, nil
+	return byDecision, nil
 }
 
-// noDenials runs f and fails if any of capsnaps denied a request
-// meanwhile: the figures would include denials.
-func noDenials(ctx context.Context, capsnaps []*capsnapServer, f func() error) error {
-	before := make([]float64, len(capsnaps))
+// decided runs f and returns how many requests each of capsnaps allowed
+// meanwhile; one that denied any fails it: the figures would include
+// denials.
+func decided(ctx context.Context, capsnaps []*capsnapServer, f func() error) ([]float64, error) {
+	before := make([]map[string]float64, len(capsnaps))
 	for i, c := range capsnaps {
 		var err error
-		if _, before[i], err = c.decisions(ctx); err != nil {
-			return err
+		if before[i], err = c.decisions(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if err := f(); err != nil {
-		return err
+		return nil, err
 	}
+	allowed := make([]float64, len(capsnaps))
 	for i, c := range capsnaps {
-		if _, after, err := c.decisions(ctx); err != nil || after != before[i] {
-			return fmt.Errorf("%s denied %.0f requests during the runs (%v): the figures would include denials", c.Name, after-before[i], err)
+		after, err := c.decisions(ctx)
+		if err == nil && after["deny"] != before[i]["deny"] {
+			err = fmt.Errorf("%s denied %.0f requests during the runs: the figures would include denials", c.Name, after["deny"]-before[i]["deny"])
 		}
+		if err != nil {
+			return nil, err
+		}
+		allowed[i] = after["allow"] - before[i]["allow"]
 	}
-	return nil
+	return allowed, nil
 }
 
 // startNoop starts the floor, serving its profiles at pprofURL.
