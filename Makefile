@@ -118,9 +118,9 @@ peers:
 
 # capsnap against the floor (a do-nothing ext_authz server) and OPA-Envoy
 # over gRPC, through the real Envoy, at scale, on invalidation and on the
-# shared snapshot store (Redis, one replica and two); writes BENCHMARKS.md
-# and docs/benchmarks-latency.svg, and the raw results, logs and any
-# profiles to bench/out/. Loopback only, bounded in time.
+# shared snapshot store (Redis, one replica and two); writes BENCHMARKS.md,
+# and the raw results, logs and any profiles to bench/out/. Loopback only,
+# bounded in time.
 bench: envoy peers redis
 	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./testbed/cmd/mcpfixture ./bench/cmd/bench ./bench/cmd/checkload
 	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" ./$(BIN)/bench -bin $(BIN) -peers $(PEERS)

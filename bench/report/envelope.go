@@ -10,8 +10,8 @@ import (
 
 // CapsnapEnvelope is capsnap signing the envelope of every allowed call
 // (envelope.key_files set), run in the same turns as Servers; the main
-// gRPC tables and the chart leave it out, the envelope's section compares
-// it with Capsnap.
+// gRPC tables leave it out, the envelope's section compares it with
+// Capsnap.
 const CapsnapEnvelope = "capsnap + envelope"
 
 // CapsnapGrant is capsnap sending envelopes under a grant (the server's

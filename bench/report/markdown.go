@@ -59,11 +59,10 @@ var page = template.Must(template.New("BENCHMARKS.md").Funcs(template.FuncMap{
 	},
 }).Parse(benchmarks))
 
-// Markdown renders BENCHMARKS.md. svgPath is the latency chart's path
-// relative to the repository root.
-func Markdown(r *Results, svgPath string) ([]byte, error) {
+// Markdown renders BENCHMARKS.md.
+func Markdown(r *Results) ([]byte, error) {
 	var b bytes.Buffer
-	if err := page.Execute(&b, view{r, svgPath}); err != nil {
+	if err := page.Execute(&b, view{r}); err != nil {
 		return nil, fmt.Errorf("BENCHMARKS.md: %w", err)
 	}
 	return b.Bytes(), nil
@@ -71,10 +70,7 @@ func Markdown(r *Results, svgPath string) ([]byte, error) {
 
 // view is what the template reads: the results, and what it shows of them
 // that takes computing.
-type view struct {
-	*Results
-	SVG string
-}
+type view struct{ *Results }
 
 // table is a markdown table; one without a head is its rows alone.
 type table struct {

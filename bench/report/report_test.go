@@ -1,10 +1,6 @@
 package report
 
 import (
-	"bytes"
-	"encoding/xml"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -119,10 +115,9 @@ func TestMarkdown(t *testing.T) {
 		{Part: "the decision", Capsnap: 30 * time.Microsecond},
 		{Part: "decoding the request", Capsnap: 20 * time.Microsecond, Floor: 25 * time.Microsecond},
 	}}}
-	md := markdown(t, r, "docs/benchmarks-latency.svg")
+	md := markdown(t, r)
 	for _, want := range []string{
 		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",
-		"![p50 and p99 latency per server and concurrency](docs/benchmarks-latency.svg)",
 		"| 16 | 900 | 1000 | 300 | 0.90× |", // throughput, side by side
 		"| ext_authz → capsnap | 1000 | 3.00 ms | 5.00 ms |",
 		"+2.00 ms",                              // added p50 over no ext_authz
@@ -134,52 +129,6 @@ func TestMarkdown(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("BENCHMARKS.md lacks %q", want)
 		}
-	}
-}
-
-// The chart is SVG with a p50 and a p99 for every server at every
-// concurrency and every mode through Envoy, each colour named once in the
-// legend; a run that measured nothing still has one.
-func TestSVG(t *testing.T) {
-	svg, err := SVG(sample())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := xml.NewDecoder(bytes.NewReader(svg))
-	var texts []string
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not XML: %v", err)
-		}
-		if cd, ok := tok.(xml.CharData); ok && len(bytes.TrimSpace(cd)) > 0 {
-			texts = append(texts, string(cd))
-		}
-	}
-	count := func(s string) int {
-		n := 0
-		for _, x := range texts {
-			if x == s {
-				n++
-			}
-		}
-		return n
-	}
-	for s, want := range map[string]int{
-		"110µs": 3, "400µs": 3, "900µs": 3, "3.00ms": 4, // capsnap's and OPA's p50 and p99 at each concurrency, and a mode's p50
-		"5.00ms": 3, "1.00ms": 1, "2.00ms": 1, // the modes' p99 and p50
-		Capsnap: 1, Floor: 1, OPA: 1, ModeNone: 1, ModeCapsnap: 0, // the legend
-		"gRPC Check, concurrency 64": 1, "through Envoy, 16 sessions": 1, "100 µs": 1, "10 ms": 1,
-	} {
-		if got := count(s); got != want {
-			t.Errorf("%q %d times, want %d", s, got, want)
-		}
-	}
-	if _, err := SVG(&Results{}); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -209,7 +158,7 @@ func delivery() Delivery {
 func TestDeliverySection(t *testing.T) {
 	r := sample()
 	r.Delivery = delivery()
-	md := markdown(t, r, "docs/benchmarks-latency.svg")
+	md := markdown(t, r)
 	for _, want := range []string{
 		"## tools/list through the response path",
 		"`testbed/cmd/mcpfixture -mode json,tools=225`", "grants it 12", "`discovery: {bind: catalog}`",
@@ -230,7 +179,7 @@ func TestDeliverySection(t *testing.T) {
 	if tg := target(t, r, TargetDelivery); tg.Status != Met {
 		t.Errorf("delivery: %+v", tg)
 	}
-	if md := markdown(t, sample(), "x.svg"); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
+	if md := markdown(t, sample()); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
 		t.Error("a run without the delivery step does not say so")
 	}
 }
@@ -246,7 +195,7 @@ func TestDeliveryCPU(t *testing.T) {
 	}
 	r.Delivery.WithoutCPU = cpu(800*time.Microsecond, 750*time.Microsecond, 3200*time.Microsecond, 1500*time.Microsecond)
 	r.Delivery.WithCPU = cpu(1300*time.Microsecond, 2100*time.Microsecond, 3500*time.Microsecond, 400*time.Microsecond)
-	mustContain(t, markdown(t, r, "x.svg"),
+	mustContain(t, markdown(t, r),
 		"### Where a listing's CPU goes",
 		"| mode | Envoy | capsnap | mcpfixture | the load | all |",
 		"| without the response path | 800 µs | 750 µs | 3.20 ms | 1.50 ms | 6.25 ms |",
@@ -254,7 +203,7 @@ func TestDeliveryCPU(t *testing.T) {
 		"| added by the response path | +500 µs | +1.35 ms | +300 µs | −1.10 ms | +1.05 ms |",
 	)
 	r.Delivery.WithCPU = nil
-	if md := markdown(t, r, "x.svg"); strings.Contains(md, "Where a listing's CPU goes") {
+	if md := markdown(t, r); strings.Contains(md, "Where a listing's CPU goes") {
 		t.Error("a CPU table without the figures of both Envoys")
 	}
 }
@@ -275,14 +224,14 @@ func TestEnvoyCPU(t *testing.T) {
 	for i := range r.Envoy {
 		r.Envoy[i].CPU = byProcess[r.Envoy[i].Mode]
 	}
-	mustContain(t, markdown(t, r, "x.svg"),
+	mustContain(t, markdown(t, r),
 		"### Where a call's CPU goes",
 		"| mode | Envoy | billing | the authorizer | the load | all |",
 		"| "+ModeNone+" | 200 µs | 450 µs | – | 220 µs | 870 µs |",
 		"| "+ModeCapsnap+" | 390 µs | 460 µs | 160 µs | 240 µs | 1.25 ms |",
 		"| capsnap − floor | +60 µs | −10 µs | +50 µs | +10 µs | +110 µs |",
 	)
-	if md := markdown(t, sample(), "x.svg"); strings.Contains(md, "Where a call's CPU goes") {
+	if md := markdown(t, sample()); strings.Contains(md, "Where a call's CPU goes") {
 		t.Error("a CPU table without figures")
 	}
 }
@@ -329,7 +278,7 @@ func withStore(r *Results) *Results {
 
 func TestStoreSections(t *testing.T) {
 	r := withStore(sample())
-	md := markdown(t, r, "docs/benchmarks-latency.svg")
+	md := markdown(t, r)
 	for _, want := range []string{
 		"## Shared snapshot store (issue 15): figures, no targets",
 		"| the allowed Check on the Redis store, snapshot held | `BenchmarkCheckStore/redis`",
@@ -356,7 +305,7 @@ func TestStoreSections(t *testing.T) {
 	if tg := target(t, r, TargetMemory); !strings.Contains(tg.Measured, "Redis: 1028 B/snapshot → 0.96 GiB") {
 		t.Errorf("memory: %+v", tg)
 	}
-	md = markdown(t, sample(), "x.svg")
+	md = markdown(t, sample())
 	if strings.Contains(md, ModeRedis) || !strings.Contains(md, "| the allowed Check on the Redis store, snapshot held |") ||
 		!strings.Contains(md, "not run (memory store: not run)") {
 		t.Error("a run without the shared store's steps does not say so")
@@ -384,7 +333,7 @@ func TestEnvelopeSection(t *testing.T) {
 		bench("envelope", BenchGrantMint, map[string]float64{"ns/op": 140000, "allocs/op": 235}),
 		bench("envelope", BenchGrantSeal, map[string]float64{"ns/op": 2000, "allocs/op": 10}))
 	r.EnvelopeHeaderBytes, r.GrantEnvelopeHeaderBytes, r.GrantHeaderBytes = 612, 280, 1100
-	md := markdown(t, r, "docs/benchmarks-latency.svg")
+	md := markdown(t, r)
 	mustContain(t, md,
 		"## Signed envelope (issue 16)",
 		"| envelope off | 7.00 µs | 2000 | 22 |",
@@ -403,20 +352,20 @@ func TestEnvelopeSection(t *testing.T) {
 		"signed whole, the envelope adds +40 µs at c=1, +40 µs at c=16, +40 µs at c=64 of server CPU per allowed Check, and capsnap with it makes 0.89× at c=1, 0.89× at c=16, 0.89× at c=64 the Checks per second it makes without; under a grant, the envelope adds +10 µs at c=1",
 		"612 bytes of JWS in this run signed whole; under a grant, 280 bytes of envelope and 1,100 of grant.",
 	)
-	// The main tables and the chart stay capsnap, the floor and OPA.
+	// The main tables stay capsnap, the floor and OPA.
 	if strings.Contains(md, "| concurrency | capsnap | floor (noop) | OPA-Envoy | capsnap + envelope") {
 		t.Error("the envelope's capsnap is in the main gRPC tables")
 	}
-	md = markdown(t, sample(), "x.svg")
+	md = markdown(t, sample())
 	if !strings.Contains(md, "### In process (`BenchmarkCheckEnvelope`, `decide`)\n\nNot run") || !strings.Contains(md, "### Over gRPC\n\nNot run.\n") {
 		t.Error("a run without the envelope's figures does not say so")
 	}
 }
 
 // markdown is BENCHMARKS.md of r.
-func markdown(t *testing.T, r *Results, svgPath string) string {
+func markdown(t *testing.T, r *Results) string {
 	t.Helper()
-	b, err := Markdown(r, svgPath)
+	b, err := Markdown(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +385,7 @@ func mustContain(t *testing.T, md string, wants ...string) {
 // ghz no longer runs, and the report says why the load is not ghz and
 // why ghz is not run beside it.
 func TestGhzSection(t *testing.T) {
-	mustContain(t, markdown(t, sample(), "chart.svg"),
+	mustContain(t, markdown(t, sample()),
 		"See [The load, and ghz](#the-load-and-ghz)", "### The load, and ghz", "it no longer runs", "shares the 2 cores")
 }
 

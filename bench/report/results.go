@@ -1,6 +1,6 @@
 // Package report holds what one make bench run measured, judges it against
-// the targets of issues 17 and 7, and renders it: BENCHMARKS.md, the latency chart
-// (SVG, with gonum.org/v1/plot) and results.json.
+// the targets of issues 17 and 7, and renders it: BENCHMARKS.md and
+// results.json.
 package report
 
 import (
@@ -39,8 +39,7 @@ const (
 	ModeReplicas = "ext_authz → 2 capsnaps on Redis"
 )
 
-// StoreModes run in the same turns as Modes, after them; the chart leaves
-// them out.
+// StoreModes run in the same turns as Modes, after them.
 var StoreModes = []string{ModeRedis, ModeReplicas}
 
 // Results is one run of make bench.

@@ -23,9 +23,9 @@ import (
 	"github.com/capsnap/capsnap/testbed"
 )
 
-// Where the harness writes: the report, its chart, and the raw results,
-// logs and profiles of the run (not committed).
-const reportFile, chartFile, outDir = "BENCHMARKS.md", "docs/benchmarks-latency.svg", "bench/out"
+// Where the harness writes: the report, and the raw results, logs and
+// profiles of the run (not committed).
+const reportFile, outDir = "BENCHMARKS.md", "bench/out"
 
 // options are the command line's.
 type options struct {
@@ -226,20 +226,13 @@ func (h *harness) saveResults() error {
 	return err
 }
 
-// write writes results.json, BENCHMARKS.md and the latency chart.
+// write writes results.json and BENCHMARKS.md.
 func (h *harness) write(context.Context) error {
 	if err := h.saveResults(); err != nil {
 		return err
 	}
-	svg, err := report.SVG(&h.results)
+	md, err := report.Markdown(&h.results)
 	if err != nil {
-		return err
-	}
-	md, err := report.Markdown(&h.results, chartFile)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(chartFile, svg, 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(reportFile, md, 0o644)
@@ -249,7 +242,7 @@ func (h *harness) write(context.Context) error {
 func (h *harness) summary() {
 	w := bufio.NewWriter(os.Stderr)
 	defer w.Flush()
-	fmt.Fprintf(w, "bench: done in %v; wrote %s, %s and %s\n", time.Since(h.started).Round(time.Second), reportFile, chartFile, outPath("results.json"))
+	fmt.Fprintf(w, "bench: done in %v; wrote %s and %s\n", time.Since(h.started).Round(time.Second), reportFile, outPath("results.json"))
 	for _, t := range h.results.Targets {
 		fmt.Fprintf(w, "  %-8s %s: %s\n", t.Status, t.Name, t.Measured)
 	}

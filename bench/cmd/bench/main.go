@@ -2,8 +2,8 @@
 // do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
 // the real Envoy, at scale and on invalidation, judges the figures
 // against their targets, measures what the response path delivers
-// and adds to a tools/list (issue 17), and writes BENCHMARKS.md,
-// docs/benchmarks-latency.svg and bench/out/results.json.
+// and adds to a tools/list (issue 17), and writes BENCHMARKS.md and
+// bench/out/results.json.
 //
 // It runs from the repository root, on binaries the Makefile built, and
 // fails with a clear message whenever a step cannot run: a missing peer,
