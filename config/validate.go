@@ -59,6 +59,12 @@ func (c Config) Validate() error {
 	if c.Envelope.TTL < time.Second || c.Envelope.TTL > MaxEnvelopeTTL {
 		return fmt.Errorf("envelope.ttl: %s is outside 1s..%s", c.Envelope.TTL, MaxEnvelopeTTL)
 	}
+	if c.Envelope.PublishAhead < 0 || c.Envelope.PublishAhead > 24*time.Hour {
+		return fmt.Errorf("envelope.publish_ahead: %s is outside 0..24h", c.Envelope.PublishAhead)
+	}
+	if c.Envelope.KeyPoll < 100*time.Millisecond {
+		return fmt.Errorf("envelope.key_poll_interval: %s is below 100ms", c.Envelope.KeyPoll)
+	}
 	if err := c.Snapshots.validateStore(); err != nil {
 		return fmt.Errorf("snapshots.%w", err)
 	}
@@ -78,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Tracing.validate(); err != nil {
 		return fmt.Errorf("tracing.%w", err)
+	}
+	if err := c.Approvals.validate(c.GRPCAddr, c.AdminAddr); err != nil {
+		return fmt.Errorf("approvals.%w", err)
 	}
 	if len(c.Servers) == 0 {
 		return errors.New("servers: at least one server is required")
@@ -121,22 +130,24 @@ func (c Config) Validate() error {
 }
 
 func (s Snapshots) validateStore() error {
+	r := s.Redis
+	where := r.where()
 	switch s.Store {
 	case StoreMemory:
-		if s.Redis.Addr != "" {
-			return fmt.Errorf("redis.addr: set, but store is %s; say store: %s to use it", StoreMemory, StoreRedis)
+		if len(where) > 0 {
+			return fmt.Errorf("redis.%s: set, but store is %s; say store: %s to use it", where[0], StoreMemory, StoreRedis)
 		}
 		return nil
 	case StoreRedis:
 	default:
 		return fmt.Errorf("store: %q is not %s or %s", s.Store, StoreMemory, StoreRedis)
 	}
-	r := s.Redis
+	if err := r.validateWhere(where); err != nil {
+		return err
+	}
 	switch {
-	case r.Addr == "":
-		return errors.New("redis.addr: required with store redis")
-	case validAddr(r.Addr) != nil:
-		return fmt.Errorf("redis.addr: %w", validAddr(r.Addr))
+	case strings.ContainsAny(r.KeyPrefix, "{}"):
+		return fmt.Errorf("redis.key_prefix: %q holds a brace: capsnap hash-tags its keys itself, and a brace in the prefix would put every key in one Redis Cluster slot", r.KeyPrefix)
 	case r.SecretFile == "":
 		return errors.New("redis.secret_file: required: without a shared secret, write access to Redis would mint snapshots")
 	case r.DB < 0 || r.DB > 15:
@@ -149,6 +160,57 @@ func (s Snapshots) validateStore() error {
 		return errors.New("redis.tls: cert_file and key_file go together")
 	case r.TLS.CAFile == "" && (r.TLS.CertFile != "" || r.TLS.ServerName != ""):
 		return errors.New("redis.tls.ca_file: required to use TLS")
+	}
+	return nil
+}
+
+// where names the settings that say where Redis is.
+func (r Redis) where() []string {
+	var out []string
+	if r.Addr != "" {
+		out = append(out, "addr")
+	}
+	if len(r.Cluster.Addrs) > 0 {
+		out = append(out, "cluster")
+	}
+	if r.Sentinel.MasterSet != "" || len(r.Sentinel.Addrs) > 0 {
+		out = append(out, "sentinel")
+	}
+	return out
+}
+
+func (r Redis) validateWhere(where []string) error {
+	switch {
+	case len(where) == 0:
+		return errors.New("redis.addr: required with store redis (or redis.cluster, or redis.sentinel)")
+	case len(where) > 1:
+		return fmt.Errorf("redis: %s are set; say where Redis is with exactly one of addr, cluster and sentinel", strings.Join(where, " and "))
+	case r.Addr != "":
+		if err := validAddr(r.Addr); err != nil {
+			return fmt.Errorf("redis.addr: %w", err)
+		}
+	case len(r.Cluster.Addrs) > 0:
+		if r.DB != 0 {
+			return fmt.Errorf("redis.db: %d, but a cluster has database 0 only", r.DB)
+		}
+		return validAddrs("redis.cluster.addrs", r.Cluster.Addrs)
+	default:
+		if r.Sentinel.MasterSet == "" {
+			return errors.New("redis.sentinel.master_set: required with redis.sentinel")
+		}
+		if len(r.Sentinel.Addrs) == 0 {
+			return errors.New("redis.sentinel.addrs: required with redis.sentinel")
+		}
+		return validAddrs("redis.sentinel.addrs", r.Sentinel.Addrs)
+	}
+	return nil
+}
+
+func validAddrs(setting string, addrs []string) error {
+	for i, a := range addrs {
+		if err := validAddr(a); err != nil {
+			return fmt.Errorf("%s[%d]: %w", setting, i, err)
+		}
 	}
 	return nil
 }
@@ -227,6 +289,43 @@ func (s Server) validate() error {
 	if s.Mode != "" {
 		if err := validMode(s.Mode); err != nil {
 			return fmt.Errorf("mode: %w", err)
+		}
+	}
+	return nil
+}
+
+func (a Approvals) validate(taken ...string) error {
+	if a.Addr == "" {
+		return nil
+	}
+	if err := validAddr(a.Addr); err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	if slices.Contains(taken, a.Addr) {
+		return fmt.Errorf("addr: %s is grpc_addr's or admin_addr's", a.Addr)
+	}
+	if a.BaseURL != "" {
+		u, err := url.Parse(a.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			return fmt.Errorf("base_url: %q is not an http(s) URL without a path", a.BaseURL)
+		}
+	}
+	if a.PendingTTL < time.Minute || a.PendingTTL > 24*time.Hour {
+		return fmt.Errorf("pending_ttl: %s is outside 1m..24h", a.PendingTTL)
+	}
+	switch au := a.Auth; {
+	case au.DevTokensFile != "" && (au.JWKSFile != "" || au.JWKSURL != ""):
+		return errors.New("auth.dev_tokens_file: set together with a JWKS; choose one")
+	case au.DevTokensFile != "":
+	case (au.JWKSFile == "") == (au.JWKSURL == ""):
+		return errors.New("auth: exactly one of jwks_file and jwks_url is required (or dev_tokens_file, for development)")
+	case au.Issuer == "" || au.Audience == "":
+		return errors.New("auth: issuer and audience are required with a JWKS")
+	}
+	if a.Webhook.URL != "" {
+		u, err := url.Parse(a.Webhook.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("webhook.url: %q is not an http(s) URL", a.Webhook.URL)
 		}
 	}
 	return nil

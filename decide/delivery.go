@@ -115,6 +115,8 @@ type ResponseHead struct {
 	// CapsnapHeaders are the x-capsnap-* headers the server sent, which
 	// never reach the agent.
 	CapsnapHeaders []string
+	// Session is the Mcp-Session-Id the server answered with, if any.
+	Session string
 }
 
 // Delivery is the decision on one tools/list response.

@@ -84,6 +84,10 @@ type Outcome struct {
 	// Observed is the denial config.ModeObserve did not enforce: the
 	// request passes as if nothing had been verified, with no pin.
 	Observed *deny.Error
+	// ElicitsURL marks an allowed initialize whose client declared
+	// URL-mode elicitation: its answer's session is one an approval is
+	// asked of as an elicitation (Server.Elicits).
+	ElicitsURL bool
 }
 
 // Minted reports whether o allows a tools/list whose snapshot was minted
@@ -141,6 +145,8 @@ type errorData struct {
 	// AllowedTools, on a denial that sends the caller back to planning,
 	// are the tools its snapshot lets it call.
 	AllowedTools []string `json:"allowed_tools,omitempty"`
+	// Approval, on approval_required, is where a person approves the call.
+	Approval *deny.ApprovalInfo `json:"approval,omitempty"`
 	// Limit, on budget_exhausted and rate_limited, is the budget or rate
 	// limit the call did not fit, and when it will.
 	Limit *deny.LimitInfo `json:"limit,omitempty"`
@@ -202,6 +208,12 @@ func (d *decision) toolResultJSON() []byte {
 // requests unanswered.
 func (d *decision) denialBody(form config.Denials) (int, []byte) {
 	switch {
+	// MCP's own error for what a person must do at a URL, as the client
+	// asked for it, in whichever status the form answers with.
+	case d.urlElicitation && form.Status == config.StatusHTTPError:
+		return d.Denial.Reason.Spec().Status, d.urlElicitationJSON()
+	case d.urlElicitation:
+		return 200, d.urlElicitationJSON()
 	case len(d.id) == 0 || d.batch || form.Status == config.StatusHTTPError:
 		return d.Denial.Reason.Spec().Status, d.errorJSON()
 	case d.Method == "tools/call" && form.CallForm == config.CallFormToolResult:
@@ -240,7 +252,7 @@ func (d *decision) errorData() errorData {
 		Reason: d.Denial.Reason, Drift: d.Denial.Reason.Drift(), ReturnTo: d.Denial.Reason.ReturnTo(),
 		Detail: d.Denial.Detail, ServerID: d.ServerID, Tool: d.Tool,
 		SnapshotDigest: d.SchemaDigest, LiveDigest: d.liveDigest, SnapshotPolicy: d.PolicyDigest,
-		AllowedTools: d.allowedTools, Limit: d.Denial.Limit,
+		AllowedTools: d.allowedTools, Limit: d.Denial.Limit, Approval: d.Denial.Approval,
 	}
 	if d.snapshot != nil {
 		data.Epoch = d.snapshot.Epoch

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
@@ -73,6 +74,10 @@ type Options struct {
 	// Observe are the servers in config.ModeObserve: their decisions are
 	// made, audited and counted, and none is enforced.
 	Observe []string
+	// Approvals, if set, is where the calls the policy holds for a
+	// person's approval are asked and their approvals used; without it,
+	// such a call fails closed (store_unavailable).
+	Approvals *approval.Service
 	// ReleaseOnError are the servers whose failed calls (a JSON-RPC error,
 	// a tool result with isError) give back what they reserved of their
 	// budgets and rate limits, through the response path (Settle).
@@ -94,6 +99,9 @@ type Server struct {
 	servers map[string]bool
 	// observe are the servers in config.ModeObserve.
 	observe map[string]bool
+	// elicitors are the sessions whose client takes URL elicitations
+	// (elicitation.go).
+	elicitors elicitors
 	// releaseOnError are the servers of Options.ReleaseOnError, and
 	// releaseKey seals their release tickets (release.go).
 	releaseOnError map[string]bool
@@ -104,7 +112,10 @@ type Server struct {
 	snapshots      cache.Store
 	// counters hold the budgets and rate limits: the snapshot store's.
 	counters policy.Counters
-	ttl      time.Duration
+	// approvals are the approvals people gave (approvals.go), nil without
+	// an approval service.
+	approvals policy.Approvals
+	ttl       time.Duration
 	// delivered is true with config.BindDelivered.
 	delivered   bool
 	maxResponse int
@@ -195,6 +206,9 @@ func New(o Options) (*Server, error) {
 	// The store that keeps snapshots keeps the budgets and rate limits
 	// too: in this process, or shared by every replica.
 	s.counters, _ = o.Snapshots.(policy.Counters)
+	if o.Approvals != nil {
+		s.approvals = approvals{o.Approvals}
+	}
 	shared, _ := o.Snapshots.(cache.Redemptions)
 	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
 	if s.now == nil {
@@ -287,6 +301,7 @@ func (s *Server) Decide(r *Request) Outcome {
 	d := &decision{now: start}
 	d.Denial = s.evaluate(r, d)
 	d.observed = s.observe[d.ServerID]
+	d.urlElicitation = d.Denial != nil && d.Denial.Reason == deny.ApprovalRequired && s.elicits(d)
 	elapsed := s.now().Sub(start)
 	s.record(d, elapsed)
 	d.outcome(s.denials)
@@ -329,6 +344,9 @@ type decision struct {
 	// observed marks a decision on a server in config.ModeObserve, which
 	// is made, audited and counted, and not enforced.
 	observed bool
+	// urlElicitation marks an approval_required denial to a client that
+	// takes it as MCP's URL elicitation.
+	urlElicitation bool
 	// reserved are what an allowed call took from its budgets and rate
 	// limits.
 	reserved []policy.Reservation
@@ -396,6 +414,9 @@ func (s *Server) evaluate(req *Request, d *decision) *deny.Error {
 	}
 	switch {
 	case m == nil:
+		// An initialize is let through; its client may take an approval
+		// as a URL elicitation, which its answer's session then says.
+		d.ElicitsURL = len(msgs) == 1 && msgs[0].Method == "initialize" && elicitationOf(&msgs[0])
 		return nil
 	case m.Method == "tools/list":
 		d.Method, d.id, d.Name = m.Method, m.ID, ""

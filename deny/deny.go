@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Reason is a stable, machine-readable cause of a denial.
@@ -68,6 +69,10 @@ const (
 	// RateLimited: the call would exceed one of the pinned policy's rate
 	// limits in its window (Error.Limit says which, and when to retry).
 	RateLimited Reason = "rate_limited"
+	// ApprovalRequired: the policy holds this call for a person's approval
+	// of its exact arguments, and none is waiting to be used (Error.Approval
+	// says where a person approves it).
+	ApprovalRequired Reason = "approval_required"
 	// MalformedResponse: a tools/list response on its way to the agent is
 	// not one capsnap can read strictly (malformed, over the limit, an
 	// unknown content type or encoding): it is never delivered unfiltered.
@@ -117,6 +122,9 @@ const (
 	// ReturnToLater: the same call may be allowed once the time the denial
 	// names has passed (LimitInfo.RetryAfterSeconds, Retry-After).
 	ReturnToLater = "later"
+	// ReturnToApproval: the identical call may be allowed once, after a
+	// person approves it at the URL the denial names (ApprovalInfo).
+	ReturnToApproval = "approval"
 )
 
 // Spec is what a denial for one reason says beyond its detail, and the one
@@ -154,6 +162,7 @@ var specs = map[Reason]Spec{
 	SequenceViolation:   {Status: 403, ReturnTo: ReturnToPlanning},
 	BudgetExhausted:     {Status: 429, ReturnTo: ReturnToLater},
 	RateLimited:         {Status: 429, ReturnTo: ReturnToLater},
+	ApprovalRequired:    {Status: 403, ReturnTo: ReturnToApproval},
 	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
 	UnclassifiedTool:    {Status: 403, ReturnTo: ReturnToNone},
 	ToolNotGranted:      {Status: 403, ReturnTo: ReturnToNone},
@@ -201,6 +210,7 @@ var nextSteps = map[string]string{
 	ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
 	ReturnToNone:          "Nothing will make this call valid: do not retry it.",
 	ReturnToLater:         "A budget or rate limit of the policy is used up: retry this call no sooner than the seconds in data.limit.retry_after_seconds (the Retry-After header), or plan within what is left.",
+	ReturnToApproval:      "A person must approve this exact call first: show them data.approval.url, and once they approve, send the identical call again (once). Other arguments need another approval.",
 }
 
 // Error is a denial: a Reason and a human-readable detail for logs and the
@@ -214,6 +224,21 @@ type Error struct {
 	// the JSON-RPC error's data.limit and, when it says when to retry, as
 	// the Retry-After header of an HTTP error.
 	Limit *LimitInfo
+	// Approval, set on ApprovalRequired, is where a person approves the
+	// call: the adapters render it as data.approval, or as MCP's URL
+	// elicitation to a client that declared it.
+	Approval *ApprovalInfo
+}
+
+// ApprovalInfo is the approval request an ApprovalRequired denial opened
+// (or found still open) for the exact call.
+type ApprovalInfo struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+	// ExpiresAt is when the request lapses unless a person decides it.
+	ExpiresAt time.Time `json:"expires_at"`
+	// Message says to a person what is asked, as an elicitation shows it.
+	Message string `json:"message,omitempty"`
 }
 
 // LimitInfo is the state of the budget or rate limit that denied a call,

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -55,8 +57,15 @@ func newCreds(t *testing.T) creds {
 // credential Envoy verified, run for real.
 type deployment struct {
 	name string
-	// principal is capsnap's principal section for this deployment.
-	principal string
+	// principal is capsnap's principal section for this deployment, as a
+	// YAML flow mapping.
+	principal func(t *testing.T) string
+	// policy, if set, is the policy file this deployment runs, in place
+	// of testdata/policy.yaml.
+	policy string
+	// logColumn is the access log's column that names the principal
+	// Envoy verified.
+	logColumn string
 	// grpcTLS, if set, is capsnap's grpc_tls section for this deployment.
 	grpcTLS func(creds) string
 	// config renders the Envoy YAML for a stack on ports.
@@ -73,12 +82,16 @@ type refusal struct {
 	agent *agentTransport
 	// status is Envoy's answer; 0 means the TLS handshake fails.
 	status int
+	// reason, if set, is capsnap's denial: Envoy lets the request through
+	// (status is then capsnap's), and capsnap refuses it.
+	reason string
 }
 
 var deployments = []deployment{
 	{
 		name:      "mtls",
-		principal: "{source: mtls}",
+		principal: func(*testing.T) string { return "{source: mtls}" },
+		logColumn: "peer",
 		grpcTLS:   func(c creds) string { return testbed.CapsnapTLS(c.pki, "") },
 		config: func(p testbed.Ports, c creds) ([]byte, error) {
 			return testbed.MTLSEnvoyConfig(p, c.pki), nil
@@ -92,46 +105,127 @@ var deployments = []deployment{
 				t.Fatal(err)
 			}
 			return []refusal{
-				{"no certificate", newAgentTransport(c.pki.ClientTLS(), nil), 0},
-				{"certificate from another CA", newAgentTransport(c.pki.ClientTLS(clientCert(t, rogue, supportAgent)), nil), 0},
-				{"SPIFFE ID of another trust domain", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://evil/agent/support-refund")), nil), 0},
-				{"SPIFFE ID that is not an agent", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://acme/service/billing")), nil), 0},
+				{"no certificate", newAgentTransport(c.pki.ClientTLS(), nil), 0, ""},
+				{"certificate from another CA", newAgentTransport(c.pki.ClientTLS(clientCert(t, rogue, supportAgent)), nil), 0, ""},
+				{"SPIFFE ID of another trust domain", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://evil/agent/support-refund")), nil), 0, ""},
+				{"SPIFFE ID that is not an agent", newAgentTransport(c.pki.ClientTLS(clientCert(t, c.pki, "spiffe://acme/service/billing")), nil), 0, ""},
 			}
 		},
 	},
 	{
+		// examples/jwt as shipped: its principal section and its policy.
 		name:      "jwt",
-		principal: "{source: jwt, jwt: {payload_key: jwt_payload, claim: sub}}",
+		principal: func(t *testing.T) string { return principalOf(t, "../examples/jwt/capsnap.yaml") },
+		policy:    "../examples/jwt/policy.yaml",
+		logColumn: "subject",
 		config: func(p testbed.Ports, c creds) ([]byte, error) {
 			return testbed.JWTEnvoyConfig(p, c.pki, c.issuer)
 		},
 		as: func(t *testing.T, c creds, principal string) *agentTransport {
 			return bearer(t, c, c.issuer, testbed.Claims(principal))
 		},
-		refused: func(t *testing.T, c creds) []refusal {
-			forger, err := testbed.NewIssuer("agents-1") // the trusted kid, another key
-			if err != nil {
-				t.Fatal(err)
-			}
-			claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
-				m := testbed.Claims(supportAgent)
-				edit(m)
-				return m
-			}
-			return []refusal{
-				{"no token", newAgentTransport(c.pki.ClientTLS(), nil), http.StatusUnauthorized},
-				{"expired", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) {
-					m["iat"], m["exp"] = time.Now().Add(-20*time.Minute).Unix(), time.Now().Add(-10*time.Minute).Unix()
-				})), http.StatusUnauthorized},
-				{"no expiry", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { delete(m, "exp") })), http.StatusUnauthorized},
-				{"lives over an hour", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["exp"] = time.Now().Add(2 * time.Hour).Unix() })), http.StatusUnauthorized},
-				{"bad signature", bearer(t, c, forger, testbed.Claims(supportAgent)), http.StatusUnauthorized},
-				{"wrong issuer", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["iss"] = "https://idp.evil.example" })), http.StatusUnauthorized},
-				{"wrong audience", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["aud"] = "https://other.acme.example" })), http.StatusForbidden},
-				{"subject that is not an agent", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["sub"] = "spiffe://acme/service/billing" })), http.StatusUnauthorized},
-			}
-		},
+		refused: jwtRefused(http.StatusUnauthorized, ""),
 	},
+	{
+		// examples/istio/jwt's sidecar filter in place of envoy/jwt.yaml's
+		// jwt_authn: a token that fails is refused as there, a request
+		// without one reaches capsnap, which denies it.
+		name:      "istio-jwt",
+		principal: func(t *testing.T) string { return principalOf(t, "../examples/jwt/capsnap.yaml") },
+		policy:    "../examples/jwt/policy.yaml",
+		logColumn: "subject",
+		config:    sidecarJWTConfig,
+		as: func(t *testing.T, c creds, principal string) *agentTransport {
+			return bearer(t, c, c.issuer, testbed.Claims(principal))
+		},
+		refused: jwtRefused(http.StatusOK, "no_principal"),
+	},
+}
+
+// jwtRefused are the tokens jwt_authn must refuse, and a request with
+// none, which gets noToken from Envoy and, if reason is set, capsnap's
+// denial.
+func jwtRefused(noToken int, reason string) func(t *testing.T, c creds) []refusal {
+	return func(t *testing.T, c creds) []refusal {
+		forger, err := testbed.NewIssuer("agents-1") // the trusted kid, another key
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
+			m := testbed.Claims(supportAgent)
+			edit(m)
+			return m
+		}
+		return []refusal{
+			{"no token", newAgentTransport(c.pki.ClientTLS(), nil), noToken, reason},
+			{"expired", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) {
+				m["iat"], m["exp"] = time.Now().Add(-20*time.Minute).Unix(), time.Now().Add(-10*time.Minute).Unix()
+			})), http.StatusUnauthorized, ""},
+			{"no expiry", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { delete(m, "exp") })), http.StatusUnauthorized, ""},
+			{"lives over an hour", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["exp"] = time.Now().Add(2 * time.Hour).Unix() })), http.StatusUnauthorized, ""},
+			{"bad signature", bearer(t, c, forger, testbed.Claims(supportAgent)), http.StatusUnauthorized, ""},
+			{"wrong issuer", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["iss"] = "https://idp.evil.example" })), http.StatusUnauthorized, ""},
+			{"wrong audience", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["aud"] = "https://other.acme.example" })), http.StatusForbidden, ""},
+			{"subject that is not an agent", bearer(t, c, c.issuer, claims(func(m jwt.MapClaims) { m["sub"] = "spiffe://acme/service/billing" })), http.StatusUnauthorized, ""},
+		}
+	}
+}
+
+// sidecarJWTConfig is envoy/jwt.yaml with its jwt_authn filter replaced by
+// the one examples/istio/jwt inserts into each MCP server's sidecar, its
+// inline keys by c's issuer's. The ext_authz filter already passes the
+// payload's namespace, which the example merges into Istio's.
+func sidecarJWTConfig(p testbed.Ports, c creds) ([]byte, error) {
+	cfg, err := testbed.JWTEnvoyConfig(p, c.pki, c.issuer)
+	if err != nil {
+		return nil, err
+	}
+	patches, err := os.ReadFile("../examples/istio/jwt/jwt-authn.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var ef struct {
+		Spec struct {
+			ConfigPatches []struct {
+				Patch struct {
+					Operation string         `yaml:"operation"`
+					Value     map[string]any `yaml:"value"`
+				} `yaml:"patch"`
+			} `yaml:"configPatches"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(patches)).Decode(&ef); err != nil {
+		return nil, err
+	}
+	var sidecar map[string]any
+	for _, cp := range ef.Spec.ConfigPatches {
+		if cp.Patch.Operation == "INSERT_BEFORE" {
+			sidecar = cp.Patch.Value
+		}
+	}
+	jwks, err := c.issuer.JWKS()
+	if err != nil {
+		return nil, err
+	}
+	keys := sidecar
+	for _, k := range []string{"typed_config", "providers", "agents", "local_jwks"} {
+		keys, _ = keys[k].(map[string]any)
+	}
+	if keys == nil {
+		return nil, errors.New("examples/istio/jwt: no inserted filter with provider agents' local_jwks")
+	}
+	keys["inline_string"] = string(jwks)
+	filter, err := json.Marshal(sidecar) // JSON is YAML: one list item
+	if err != nil {
+		return nil, err
+	}
+	const item = "          - name: "
+	from := bytes.Index(cfg, []byte(item+"envoy.filters.http.jwt_authn\n"))
+	to := bytes.Index(cfg, []byte(item+"envoy.filters.http.ext_authz\n"))
+	if from < 0 || to < from {
+		return nil, errors.New("envoy/jwt.yaml: the jwt_authn filter is not where expected, right before ext_authz")
+	}
+	return slices.Concat(cfg[:from], []byte("          - "), filter, []byte("\n"), cfg[to:]), nil
 }
 
 // Each deployment configuration, run by the real Envoy: the principal comes
@@ -147,7 +241,12 @@ func TestDeployments(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				o.EnvoyYAML, o.Principal = cfg, d.principal
+				o.EnvoyYAML, o.Principal = cfg, d.principal(t)
+				if d.policy != "" {
+					if o.Policy, err = os.ReadFile(d.policy); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if d.grpcTLS != nil {
 					o.GRPCTLS = d.grpcTLS(c)
 				}
@@ -217,7 +316,9 @@ func TestDeployments(t *testing.T) {
 				}
 			})
 
-			t.Run("refused by Envoy", func(t *testing.T) {
+			// Refused by Envoy, or, where the deployment lets a request
+			// through, by capsnap.
+			t.Run("refused", func(t *testing.T) {
 				for _, r := range d.refused(t, c) {
 					t.Run(r.name, func(t *testing.T) {
 						before := starts(t, s, "billing", "refund")
@@ -241,10 +342,18 @@ func TestDeployments(t *testing.T) {
 						// Had capsnap decided the refused tools/call, its audit
 						// line would be between the two marks.
 						to := mark(t, s, support)
+						decided := 0
 						for _, l := range decisions(t, s)[from+1 : to] {
-							if l.Method == "tools/call" {
-								t.Fatalf("capsnap decided %+v for a request Envoy should have refused", l)
+							if l.Method != "tools/call" {
+								continue
 							}
+							decided++
+							if r.reason == "" || l.Reason != r.reason {
+								t.Fatalf("capsnap decided %+v, want %s", l, cmp.Or(r.reason, "no decision: Envoy refuses it"))
+							}
+						}
+						if r.reason != "" && decided != 1 {
+							t.Fatalf("capsnap decided the request %d times, want once (%s)", decided, r.reason)
 						}
 					})
 				}
@@ -262,13 +371,36 @@ func TestDeployments(t *testing.T) {
 				if r := callTool(t, denied, "refund", refundA100); r != "tool_not_granted" {
 					t.Fatalf("read-only refund: %q, want tool_not_granted", r)
 				}
+				// Each row names the agent as Envoy verified it, and
+				// capsnap decided the call as that principal.
 				checkAccessLog(t, s, []logWant{
-					{http.StatusOK, "allow", "ok", support.lastEpoch()},
-					{http.StatusOK, "deny", "tool_not_granted", readonly.lastEpoch()},
+					{http.StatusOK, "allow", "ok", support.lastEpoch(), d.logColumn, supportAgent},
+					{http.StatusOK, "deny", "tool_not_granted", readonly.lastEpoch(), d.logColumn, readonlyAgent},
 				})
 			})
 		})
 	}
+}
+
+// principalOf is the principal section of the capsnap configuration at
+// path, as a YAML flow mapping (JSON).
+func principalOf(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Principal map[string]any `yaml:"principal"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil || cfg.Principal == nil {
+		t.Fatalf("%s: no principal section (%v)", path, err)
+	}
+	js, err := json.Marshal(cfg.Principal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(js)
 }
 
 // demo.yaml carries the same access log as the deployment configurations,
@@ -311,13 +443,15 @@ func TestDemoAccessLog(t *testing.T) {
 		t.Errorf("a request with header x_capsnap_tool: %s, want 400", resp.Status)
 	}
 	checkAccessLog(t, s, []logWant{
-		{http.StatusOK, "allow", "ok", support.agent.Epoch()},
-		{http.StatusOK, "deny", "tool_not_granted", readonly.agent.Epoch()},
+		{status: http.StatusOK, decision: "allow", reason: "ok", epoch: support.agent.Epoch()},
+		{status: http.StatusOK, decision: "deny", reason: "tool_not_granted", epoch: readonly.agent.Epoch()},
 	})
 }
 
 // Every configuration in envoy/ is accepted by the real Envoy, rendered as
-// a deployment would render it.
+// a deployment would render it, and so is every variant the files and the
+// examples document: envoy/jwt.yaml with the issuer's keys fetched
+// (remote_jwks), and the gateway of examples/kubernetes/jwt.
 func TestEnvoyConfigsValidate(t *testing.T) {
 	envoyBin, err := testbed.FindEnvoy()
 	if err != nil {
@@ -345,17 +479,50 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join(t.TempDir(), name)
-			if err := os.WriteFile(path, cfg, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			out, err := exec.CommandContext(ctx, envoyBin, "--mode", "validate", "-c", path).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "OK") {
-				t.Fatalf("envoy --mode validate: %v\n%s", err, out)
-			}
+			validateEnvoy(t, envoyBin, name, cfg)
 		})
+	}
+	t.Run("jwt.yaml with remote_jwks", func(t *testing.T) {
+		cfg, err := testbed.JWTEnvoyConfig(testbed.DemoPorts, c.pki, c.issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err = testbed.RemoteJWKS(cfg); err != nil {
+			t.Fatal(err)
+		}
+		validateEnvoy(t, envoyBin, "jwt-remote.yaml", cfg)
+	})
+	t.Run("examples/kubernetes/jwt", func(t *testing.T) {
+		data, err := os.ReadFile("../examples/kubernetes/jwt/envoy-config.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cm struct {
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal(data, &cm); err != nil || cm.Data["envoy.yaml"] == "" {
+			t.Fatalf("the gateway's ConfigMap has no envoy.yaml (%v)", err)
+		}
+		r, err := testbed.JWTFiles(c.pki, c.issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		validateEnvoy(t, envoyBin, "gateway.yaml", []byte(r.Replace(cm.Data["envoy.yaml"])))
+	})
+}
+
+// validateEnvoy runs cfg through envoy --mode validate.
+func validateEnvoy(t *testing.T, envoyBin, name string, cfg []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, envoyBin, "--mode", "validate", "-c", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
 	}
 }
 
@@ -584,6 +751,8 @@ type accessLine struct {
 	Tool         *string `json:"tool"`
 	SchemaDigest *string `json:"schema_digest"`
 	PolicyDigest *string `json:"policy_digest"`
+	// columns are all of the row's columns, by name.
+	columns map[string]any
 }
 
 // A logWant is a tools/call of billing's refund the access log must show.
@@ -591,6 +760,9 @@ type logWant struct {
 	status           int
 	decision, reason string
 	epoch            string
+	// column, if set, is the row's column that must name principal, as
+	// capsnap's audit line does.
+	column, principal string
 }
 
 // checkAccessLog stops Envoy, so that it flushes its access log, and
@@ -611,7 +783,7 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 			t.Errorf("an access log row carries a forged pin: %s", sc.Bytes())
 		}
 		var row accessLine
-		if json.Unmarshal(sc.Bytes(), &row) == nil && row.RequestID != "" {
+		if json.Unmarshal(sc.Bytes(), &row) == nil && json.Unmarshal(sc.Bytes(), &row.columns) == nil && row.RequestID != "" {
 			rows = append(rows, row)
 		}
 	}
@@ -647,6 +819,9 @@ func checkAccessLog(t *testing.T, s *testbed.Stack, wants []logWant) {
 			// capsnap's metadata: either way, what capsnap decided on.
 			if w.decision == "allow" && (!strings.HasPrefix(a.Snapshot, "sha256:") || !strings.HasPrefix(a.Policy, "sha256:")) {
 				t.Errorf("request %s: capsnap's audit line names no digests: %+v", r.RequestID, a)
+			}
+			if w.column != "" && (r.columns[w.column] != w.principal || a.Principal != w.principal) {
+				t.Errorf("request %s: access log %s %v, capsnap decided as %q; want both %q", r.RequestID, w.column, r.columns[w.column], a.Principal, w.principal)
 			}
 			if (a.Snapshot != "" && str(r.SchemaDigest) != a.Snapshot) || (a.Policy != "" && str(r.PolicyDigest) != a.Policy) {
 				t.Errorf("request %s: access log row has schema digest %s, policy digest %s; capsnap decided on %s, %s", r.RequestID, str(r.SchemaDigest), str(r.PolicyDigest), a.Snapshot, a.Policy)

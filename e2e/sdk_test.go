@@ -68,6 +68,8 @@ type sdkReq struct {
 	Arguments map[string]any    `json:"arguments,omitempty"`
 	Progress  bool              `json:"progress,omitempty"`
 	TimeoutMS int               `json:"timeout_ms,omitempty"`
+	// ElicitationURL declares URL-mode elicitation at connect.
+	ElicitationURL bool `json:"elicitation_url,omitempty"`
 }
 
 // sdkError is what an SDK threw or returned as an error.
@@ -78,6 +80,10 @@ type sdkError struct {
 	Data    json.RawMessage `json:"data"`
 	// Sub are an exception group's members (Python).
 	Sub []*sdkError `json:"sub"`
+	// URLElicitations are a -32042's elicitations as the Python SDK's
+	// UrlElicitationRequiredError.from_error reads them, or why it cannot.
+	URLElicitations      json.RawMessage `json:"url_elicitations"`
+	URLElicitationsError string          `json:"url_elicitations_error"`
 	// BodyError is the JSON-RPC error a TypeScript StreamableHTTPError
 	// carries only as text in its message, parsed by the client.
 	BodyError json.RawMessage `json:"body_error"`
@@ -285,12 +291,19 @@ type sdkAgent struct {
 // (none if empty); it returns the connect step, which may have failed.
 func sdkConnect(t *testing.T, kind sdkKind, url, principal string) (*sdkAgent, sdkStep) {
 	t.Helper()
+	return sdkConnectWith(t, kind, sdkReq{URL: url}, principal)
+}
+
+// sdkConnectWith is sdkConnect with req's other fields (ElicitationURL).
+func sdkConnectWith(t *testing.T, kind sdkKind, req sdkReq, principal string) (*sdkAgent, sdkStep) {
+	t.Helper()
 	a := &sdkAgent{kind: kind, c: kind.start(t, kind)}
 	h := map[string]string{}
 	if principal != "" {
 		h[testbed.PrincipalHeader] = principal
 	}
-	st := a.do(t, sdkReq{Op: "connect", URL: url, Headers: h, API: kind.api})
+	req.Op, req.Headers, req.API = "connect", h, kind.api
+	st := a.do(t, req)
 	if st.Error == nil {
 		sdkCheckVersion(t, kind, st)
 	}
@@ -392,6 +405,11 @@ type sdkDenial struct {
 	// Limit is a budget's or rate limit's, on budget_exhausted and
 	// rate_limited (sdkLimit).
 	Limit json.RawMessage `json:"limit"`
+	// Approval is where a person approves the call, on approval_required.
+	Approval *struct {
+		ID  string `json:"id"`
+		URL string `json:"url"`
+	} `json:"approval"`
 }
 
 // denialOf fails unless st failed with the SDK's MCP error carrying

@@ -19,7 +19,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 
@@ -76,79 +75,38 @@ func ArgsDigest(args json.RawMessage) (string, error) {
 	return string(digest[:]), nil
 }
 
-// Keys are capsnap's signing keys: the first signs, and every one is
-// published in the JWKS, so that verifiers know a new key before it signs
-// and an old one until its last envelope expires.
-type Keys struct {
-	signer      jose.Signer
-	grantSigner jose.Signer
-	kid         string
-	private     ed25519.PrivateKey
-	public      jose.JSONWebKeySet
-}
-
-// LoadKeys reads Ed25519 private keys, PEM PKCS #8 ("openssl genpkey
-// -algorithm ed25519"), one per file. A key's kid is its RFC 7638
-// thumbprint, so a kid can never name two keys.
-func LoadKeys(files ...string) (*Keys, error) {
-	if len(files) == 0 {
-		return nil, errors.New("envelope: no key files")
+// readKeys reads the Ed25519 keys in file, PEM PKCS #8, one block each: a
+// file may hold the whole ring, in order.
+func readKeys(file string) ([]ed25519.PrivateKey, error) {
+	const want = `want PEM "PRIVATE KEY" (PKCS #8) blocks, as openssl genpkey -algorithm ed25519 writes`
+	blocks, err := readPEM(file)
+	if err != nil {
+		return nil, err
 	}
-	k := &Keys{}
-	for i, f := range files {
-		priv, err := readKey(f)
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("envelope: %s: no key: %s", file, want)
+	}
+	out := make([]ed25519.PrivateKey, len(blocks))
+	for i, b := range blocks {
+		if b.Type != "PRIVATE KEY" {
+			return nil, fmt.Errorf("envelope: %s: block %d is a PEM %q: %s", file, i+1, b.Type, want)
+		}
+		key, err := x509.ParsePKCS8PrivateKey(b.Bytes)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("envelope: %s: key %d: %w", file, i+1, err)
 		}
-		jwk := jose.JSONWebKey{Key: priv.Public(), Algorithm: string(jose.EdDSA), Use: "sig"}
-		if jwk.KeyID, err = thumbprint(priv.Public()); err != nil {
-			return nil, fmt.Errorf("envelope: %s: %w", f, err)
-		}
-		for _, seen := range k.public.Keys {
-			if seen.KeyID == jwk.KeyID {
-				return nil, fmt.Errorf("envelope: %s is the same key as an earlier file", f)
-			}
-		}
-		k.public.Keys = append(k.public.Keys, jwk)
-		if i == 0 {
-			k.kid, k.private = jwk.KeyID, priv
+		var ok bool
+		if out[i], ok = key.(ed25519.PrivateKey); !ok {
+			return nil, fmt.Errorf("envelope: %s: key %d: a %T key, want Ed25519", file, i+1, key)
 		}
 	}
-	var err error
-	if k.signer, err = k.newSigner(Type); err != nil {
-		return nil, err
-	}
-	if k.grantSigner, err = k.newSigner(GrantType); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
-
-func (k *Keys) newSigner(typ string) (jose.Signer, error) {
-	opts := (&jose.SignerOptions{}).WithType(jose.ContentType(typ)).WithHeader("kid", k.kid)
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: k.private}, opts)
-	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
-	}
-	return s, nil
-}
-
-func readKey(file string) (ed25519.PrivateKey, error) {
-	key, err := readPrivateKey(file, "openssl genpkey -algorithm ed25519")
-	if err != nil {
-		return nil, err
-	}
-	priv, ok := key.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("envelope: %s: a %T key, want Ed25519", file, key)
-	}
-	return priv, nil
+	return out, nil
 }
 
 // readPrivateKey reads a PEM PKCS #8 private key, as the command how
 // writes one.
 func readPrivateKey(file, how string) (any, error) {
-	der, err := readPEM(file, "PRIVATE KEY", " (PKCS #8), as "+how+" writes")
+	der, err := readFirstPEM(file, "PRIVATE KEY", " (PKCS #8), as "+how+" writes")
 	if err != nil {
 		return nil, err
 	}
@@ -159,30 +117,33 @@ func readPrivateKey(file, how string) (any, error) {
 	return key, nil
 }
 
-// readPEM returns the bytes of file's first PEM block, which must be of
-// type typ; hint says where such a file comes from.
-func readPEM(file, typ, hint string) ([]byte, error) {
+// readFirstPEM returns the bytes of file's first PEM block, which must be
+// of type typ; hint says where such a file comes from.
+func readFirstPEM(file, typ, hint string) ([]byte, error) {
+	blocks, err := readPEM(file)
+	if err != nil {
+		return nil, err
+	}
+	if len(blocks) == 0 || blocks[0].Type != typ {
+		return nil, fmt.Errorf("envelope: %s: want a PEM %q%s", file, typ, hint)
+	}
+	return blocks[0].Bytes, nil
+}
+
+// readPEM returns file's PEM blocks.
+func readPEM(file string) ([]*pem.Block, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != typ {
-		return nil, fmt.Errorf("envelope: %s: want a PEM %q%s", file, typ, hint)
+	var out []*pem.Block
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return out, nil
+		}
+		out = append(out, b)
 	}
-	return block.Bytes, nil
-}
-
-// KeyID is the kid of the key that signs.
-func (k *Keys) KeyID() string { return k.kid }
-
-// JWKS is the public keys as a JSON Web Key Set.
-func (k *Keys) JWKS() []byte {
-	b, err := json.Marshal(k.public)
-	if err != nil {
-		panic(fmt.Sprintf("envelope: marshal a JWKS of Ed25519 keys: %v", err)) // cannot happen
-	}
-	return b
 }
 
 // Seal signs c as an envelope; c.Issuer is set, and c.ID if it is empty.
@@ -198,7 +159,9 @@ func (k *Keys) Seal(c *Claims) (string, error) {
 	return k.sign(payload)
 }
 
-func (k *Keys) sign(payload []byte) (string, error) { return signCompact(k.signer, payload) }
+func (k *Keys) sign(payload []byte) (string, error) {
+	return signCompact(k.signing().envelope, payload)
+}
 
 // signCompact signs payload with s, as a compact JWS.
 func signCompact(s jose.Signer, payload []byte) (string, error) {
@@ -211,13 +174,19 @@ func signCompact(s jose.Signer, payload []byte) (string, error) {
 
 // Signer signs other payloads under the envelope keys, with a "typ" of
 // their own, so that no verifier of envelopes takes them for one: the
-// audit trail's checkpoints.
+// audit trail's checkpoints. Each is signed by the key that signs at the
+// time.
 func (k *Keys) Signer(typ string) (func(payload []byte) (string, error), error) {
-	s, err := k.newSigner(typ)
-	if err != nil {
+	if _, err := k.signing().signer(typ); err != nil {
 		return nil, err
 	}
-	return func(payload []byte) (string, error) { return signCompact(s, payload) }, nil
+	return func(payload []byte) (string, error) {
+		s, err := k.signing().signer(typ)
+		if err != nil {
+			return "", err
+		}
+		return signCompact(s, payload)
+	}, nil
 }
 
 // NewID is an unguessable envelope id: 96 random bits.

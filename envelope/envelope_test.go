@@ -137,7 +137,7 @@ func TestVerify(t *testing.T) {
 		return token
 	}
 	// An HMAC signed with the public key's bytes: the classic confusion.
-	pub := a.public.Keys[0].Key.(ed25519.PublicKey)
+	pub := a.signing().private.Public().(ed25519.PublicKey)
 	hs, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: []byte(pub)}, (&jose.SignerOptions{}).WithType(Type).WithHeader("kid", a.KeyID()))
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func BenchmarkSealParts(b *testing.B) {
 	b.Run("ed25519.Sign", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			ed25519.Sign(k.private, payload)
+			ed25519.Sign(k.signing().private, payload)
 		}
 	})
 	b.Run("jose.Sign", func(b *testing.B) {

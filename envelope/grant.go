@@ -81,7 +81,7 @@ type Recipient struct {
 // "PUBLIC KEY", as "openssl pkey -pubout" writes). Its kid is its RFC 7638
 // thumbprint, which the server finds its private half by.
 func LoadRecipient(file string) (*Recipient, error) {
-	der, err := readPEM(file, "PUBLIC KEY", ", as openssl pkey -pubout writes")
+	der, err := readFirstPEM(file, "PUBLIC KEY", ", as openssl pkey -pubout writes")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (k *Keys) Grant(g GrantClaims, r *Recipient) (*Grant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	token, err := signCompact(k.grantSigner, payload)
+	token, err := signCompact(k.signing().grant, payload)
 	if err != nil {
 		return nil, err
 	}

@@ -299,7 +299,7 @@ func TestGrantRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		token, err := signCompact(a.grantSigner, payload)
+		token, err := signCompact(a.signing().grant, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +387,7 @@ func TestGrantRefusals(t *testing.T) {
 // grantPublic is the public grant key in testdata's file.
 func grantPublic(t *testing.T, file string) any {
 	t.Helper()
-	der, err := readPEM(filepath.Join("testdata", file), "PUBLIC KEY", "")
+	der, err := readFirstPEM(filepath.Join("testdata", file), "PUBLIC KEY", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,9 @@ func metadata(o *decide.Outcome) protoreflect.RawFields {
 		// release, on an allowed call whose answer may give back what it
 		// reserved, is what ext_proc hands Settle with the answer.
 		entry{"release", o.Release},
+		// elicitation, on an initialize whose client takes URL-mode
+		// elicitations, has ext_proc tell Elicits its answer's session.
+		entry{"elicitation", elicitation(o)},
 	)
 }
 
@@ -336,4 +339,11 @@ func denied(o *decide.Outcome) *authv3.CheckResponse {
 			Body:    string(o.Body),
 		}},
 	}
+}
+
+func elicitation(o *decide.Outcome) string {
+	if o.ElicitsURL && o.Denial == nil {
+		return "url"
+	}
+	return ""
 }

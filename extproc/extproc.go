@@ -51,6 +51,7 @@ type Decider interface {
 	Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery
 	Screen(serverID string, head decide.ResponseHead, content []byte) []byte
 	Settle(ticket string, head decide.ResponseHead, content []byte) bool
+	Elicits(session string)
 	MaxResponseBytes() int
 }
 
@@ -85,6 +86,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// release is the release ticket of an allowed call whose answer
 		// may give back what it reserved (decide.Server.Settle).
 		release string
+		// elicits says the Check let through an initialize whose client
+		// takes URL elicitations, which its answer's session then does.
+		elicits bool
 		sc      *screen
 	)
 	for {
@@ -105,6 +109,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			ticket = md.GetFields()["listing"].GetStringValue()
 			server = md.GetFields()["server_id"].GetStringValue()
 			release = md.GetFields()["release"].GetStringValue()
+			elicits = md.GetFields()["elicitation"].GetStringValue() == "url"
 		}
 		// resps answer req; last says they end the stream.
 		var (
@@ -120,6 +125,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			head = responseHead(r.ResponseHeaders.GetHeaders())
+			if elicits && head.Status/100 == 2 {
+				s.decider.Elicits(head.Session)
+			}
 			if ticket == "" {
 				var resp *extprocv3.ProcessingResponse
 				sc, resp = s.screenHeaders(head, server, release, duplex && !r.ResponseHeaders.GetEndOfStream())
@@ -318,6 +326,8 @@ func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 			h.ContentType = v
 		case k == "content-encoding":
 			h.ContentEncoding = v
+		case k == "mcp-session-id":
+			h.Session = v
 		case strings.HasPrefix(k, decide.HeaderPrefix):
 			h.CapsnapHeaders = append(h.CapsnapHeaders, k)
 		}

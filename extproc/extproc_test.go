@@ -34,7 +34,11 @@ type recorder struct {
 	// settled is what Settle was given, one entry a call, with its
 	// ticket; Settle finds the response in content that says ANSWER.
 	settled []string
+	// elicits are the sessions Elicits was told of.
+	elicits []string
 }
+
+func (r *recorder) Elicits(session string) { r.elicits = append(r.elicits, session) }
 
 func (r *recorder) Settle(ticket string, _ decide.ResponseHead, content []byte) bool {
 	r.settled = append(r.settled, ticket+" "+string(content))

@@ -80,7 +80,11 @@ func (p *Policy) compileTools(rules []ToolRule) error {
 		if err != nil {
 			return err
 		}
-		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, constraints: constraints, budgets: budgets, rateLimits: rateLimits}
+		approval, err := compileApproval(field+".approval", t.Approval)
+		if err != nil {
+			return err
+		}
+		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, constraints: constraints, budgets: budgets, rateLimits: rateLimits, approval: approval}
 	}
 	// After refers to other tools, so it is checked once all are known.
 	for i, t := range rules {
@@ -379,6 +383,12 @@ func decideTool(rule string, t *tool, g *grant, via string) (*outcome, error) {
 	if s := sequenceOf(t); s != nil {
 		o.decision.Terms = append(o.decision.Terms, s)
 	}
+	// Last: a person's approval is used only once nothing else can deny
+	// the call, and cannot be given back.
+	if t.approval != nil {
+		o.decision.Approval = t.approval
+		o.decision.Terms = append(o.decision.Terms, t.approval)
+	}
 	return o, nil
 }
 
@@ -441,6 +451,13 @@ type (
 		Constraints  []digestedConstraint `json:"constraints"`
 		Budgets      []digestedBudget     `json:"budgets,omitempty"`
 		RateLimits   []digestedRateLimit  `json:"rate_limits,omitempty"`
+		Approval     *digestedApproval    `json:"approval,omitempty"`
+	}
+	digestedApproval struct {
+		When        string   `json:"when"`
+		Approvers   []string `json:"approvers"`
+		TTL         string   `json:"ttl"`
+		SelfApprove bool     `json:"self_approve"`
 	}
 	digestedGrant struct {
 		Rule         string               `json:"rule"`
@@ -470,6 +487,13 @@ func digestedRateLimits(rs []*RateLimit) []digestedRateLimit {
 	return out
 }
 
+func digestedApprovalOf(a *ApprovalRule) *digestedApproval {
+	if a == nil {
+		return nil
+	}
+	return &digestedApproval{When: a.When, Approvers: slices.Sorted(slices.Values(a.Approvers)), TTL: a.ttl.String(), SelfApprove: a.SelfApprove}
+}
+
 func digestedConstraints(cs []*Constraint) []digestedConstraint {
 	out := make([]digestedConstraint, 0, len(cs))
 	for _, c := range cs {
@@ -493,6 +517,7 @@ func decisionDigest(rule string, t *tool, g *grant, via string) (string, error) 
 			Server: t.key.server, Tool: t.key.tool, Effect: t.effect.String(),
 			Capabilities: t.capabilities, After: t.after, Constraints: digestedConstraints(t.constraints),
 			Budgets: digestedBudgets(t.budgets), RateLimits: digestedRateLimits(t.rateLimits),
+			Approval: digestedApprovalOf(t.approval),
 		},
 		Grant: digestedGrant{
 			Rule: rule, Server: g.server, Tool: via, MaxEffect: maxEffect,

@@ -108,6 +108,34 @@ func looserTerms(old, next Decision) []string {
 		}
 		return nil
 	})...)
+	return append(out, looserApproval(old.Approval, next.Approval)...)
+}
+
+// looserApproval lists how next holds calls for approval more loosely
+// than old: not at all, on another condition (which may hold less often),
+// with approvers old did not name, self-approval, or a longer life.
+func looserApproval(old, next *ApprovalRule) []string {
+	switch {
+	case old == nil:
+		return nil
+	case next == nil:
+		return []string{fmt.Sprintf("approval (%s) removed", old.describe())}
+	}
+	var out []string
+	if next.When != old.When {
+		out = append(out, fmt.Sprintf("approval needed when %q, was %q", next.When, old.When))
+	}
+	for _, who := range next.Approvers {
+		if !slices.Contains(old.Approvers, who) {
+			out = append(out, fmt.Sprintf("approval may now be given by %s", who))
+		}
+	}
+	if next.SelfApprove && !old.SelfApprove {
+		out = append(out, "approval may now be given by the caller itself")
+	}
+	if next.ttl > old.ttl {
+		out = append(out, fmt.Sprintf("an approval now lives %s, was %s", next.ttl, old.ttl))
+	}
 	return out
 }
 

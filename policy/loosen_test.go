@@ -302,3 +302,19 @@ func TestLooseningsWholeFile(t *testing.T) {
 		t.Errorf("adding a lockfile is looser: %q", got)
 	}
 }
+
+func TestLooseningsOfApproval(t *testing.T) {
+	const refund = `principal "spiffe://acme/agent/support-refund": billing/refund: `
+	runLoosenings(t, mustRead(t, "testdata/approval.yaml"), []looseCase{
+		{"approval removed", []string{"    approval:\n      when: \"args.amount > 100\"\n      approvers: [\"alice@acme.example\", \"group:oncall\"]\n      ttl: 10m\n", ""},
+			[]string{refund + `approval (tools[0].approval when args.amount > 100, approvers alice@acme.example, group:oncall) removed`}},
+		{"condition changed", []string{"args.amount > 100", "args.amount > 500"}, []string{refund + `approval needed when "args.amount > 500", was "args.amount > 100"`}},
+		{"an approver added", []string{`"group:oncall"]`, `"group:oncall", "bob@acme.example"]`}, []string{refund + `approval may now be given by bob@acme.example`}},
+		{"self-approval", []string{"ttl: 10m\n", "ttl: 10m\n      self_approve: true\n"}, []string{refund + `approval may now be given by the caller itself`}},
+		{"a longer life", []string{"ttl: 10m", "ttl: 1h"}, []string{refund + `an approval now lives 1h0m0s, was 10m0s`}},
+
+		// Not loosening.
+		{"an approver removed", []string{`, "group:oncall"]`, `]`}, nil},
+		{"a shorter life", []string{"ttl: 10m", "ttl: 5m"}, nil},
+	})
+}

@@ -176,6 +176,9 @@ type ToolRule struct {
 	// over a window.
 	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
 	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
+	// Approval holds the tool's calls for a person's approval of their
+	// exact arguments.
+	Approval *ApprovalRule `yaml:"approval,omitempty" json:"approval,omitempty"`
 }
 
 // PrincipalRule grants the principals it matches tools on servers. Exactly
@@ -237,6 +240,7 @@ type tool struct {
 	constraints []*Constraint
 	budgets     []*Budget
 	rateLimits  []*RateLimit
+	approval    *ApprovalRule
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -305,11 +309,13 @@ type Decision struct {
 	// order; a call is allowed only if it fits in each.
 	RateLimits []*RateLimit
 	Budgets    []*Budget
+	// Approval, if set, holds the call for a person's approval.
+	Approval *ApprovalRule
 	// Terms are the rules above compiled, that a call must satisfy once
 	// its contract is the pinned one, in order: the constraints, then the
 	// terms that record the call (Term.Records): the rate limits and
 	// budgets, which reserve (Reserver) and can give back, before the
-	// sequence rule, which cannot.
+	// sequence rule, and last the approval, which cannot.
 	Terms []Term
 }
 
@@ -350,6 +356,38 @@ func Parse(data []byte) (*Policy, error) {
 
 // Digest identifies the whole policy, for logs and the info metric.
 func (p *Policy) Digest() string { return p.digest }
+
+// SpanningRules describes, for people, the rules of server/tool's own
+// tool rule that hold its calls beyond one call: its budgets, rate limits
+// and approval. A grant's own are the principal rule's, and not listed.
+func (p *Policy) SpanningRules(server, tool string) []string {
+	t, ok := p.tools[toolKey{server, tool}]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, r := range t.rateLimits {
+		out = append(out, fmt.Sprintf("rate limit %q: at most %s", r.Name, r.c.describe()))
+	}
+	for _, b := range t.budgets {
+		out = append(out, fmt.Sprintf("budget %q: the sum of %s, at most %s", b.Name, b.Amount, b.c.describe()))
+	}
+	if t.approval != nil {
+		out = append(out, "approval: "+t.approval.describe())
+	}
+	return out
+}
+
+// HoldsForApproval reports whether any tool rule holds calls for a
+// person's approval: capsnap must then serve approvals.
+func (p *Policy) HoldsForApproval() bool {
+	for _, t := range p.tools {
+		if t.approval != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // Lockfile is the approvals lockfile the policy names, "" for none.
 func (p *Policy) Lockfile() string { return p.lockfile }

@@ -1,5 +1,7 @@
 package policy
 
+import "encoding/json"
+
 // A Term is one rule of the policy that a call must satisfy once its
 // contract is the pinned one: an argument constraint (constraint.go), a
 // rate limit (ratelimit.go), a budget (budget.go), a sequence rule
@@ -31,6 +33,13 @@ type Call struct {
 	// snapshot store's, shared like it). A call under a budget or rate
 	// limit without one fails closed.
 	Counters Counters
+	// Arguments are the call's arguments as sent, SchemaDigest, Effect and
+	// PolicyDigest what it is pinned to, and Approvals the approvals
+	// people gave: what an approval rule binds a person's approval to.
+	Arguments                  json.RawMessage
+	SchemaDigest, PolicyDigest string
+	Effect                     EffectClass
+	Approvals                  Approvals
 }
 
 // CallLog is all a term that spans calls reads and writes: the calls

@@ -3,6 +3,7 @@ package testbed
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,8 +15,12 @@ import (
 // files; rendering points it at a PKI's directory.
 const tlsDir = "/etc/envoy/tls/"
 
-// jwksPlaceholder is where envoy/jwt.yaml expects the issuer's JWKS.
-const jwksPlaceholder = "${JWKS}"
+// jwksDir is the directory envoy/jwt.yaml reads the issuer's key set
+// from, JWKSFile in it; rendering points it at a PKI's directory.
+const jwksDir = "/etc/envoy/jwks/"
+
+// JWKSFile is the file of the issuer's JSON Web Key Set in jwksDir.
+const JWKSFile = "jwks.json"
 
 // MTLSEnvoyConfig is envoy/mtls.yaml for a stack on ports p, serving pki's
 // server certificate and requiring client certificates from its CA.
@@ -38,11 +43,61 @@ func CapsnapTLS(pki *PKI, more string) string {
 // JWTEnvoyConfig is envoy/jwt.yaml for a stack on ports p, serving pki's
 // server certificate and accepting the tokens iss signs.
 func JWTEnvoyConfig(p Ports, pki *PKI, iss *Issuer) ([]byte, error) {
+	r, err := JWTFiles(pki, iss)
+	if err != nil {
+		return nil, err
+	}
+	return render(envoy.JWT, p, r), nil
+}
+
+// JWTFiles writes iss's key set into pki's directory, as JWKSFile, and
+// returns what points a configuration that reads envoy/jwt.yaml's files
+// (its TLS files under /etc/envoy/tls/ and the key set under
+// /etc/envoy/jwks/) at that directory.
+func JWTFiles(pki *PKI, iss *Issuer) (*strings.Replacer, error) {
 	jwks, err := iss.JWKS()
 	if err != nil {
 		return nil, err
 	}
-	return render(envoy.JWT, p, strings.NewReplacer(tlsDir, pki.Dir+"/", jwksPlaceholder, string(jwks))), nil
+	if err := os.WriteFile(filepath.Join(pki.Dir, JWKSFile), jwks, 0o600); err != nil {
+		return nil, fmt.Errorf("jwks: %w", err)
+	}
+	return strings.NewReplacer(tlsDir, pki.Dir+"/", jwksDir, pki.Dir+"/"), nil
+}
+
+// RemoteJWKS is cfg, envoy/jwt.yaml, with the issuer's keys fetched
+// (its commented remote_jwks and idp cluster) in place of read from a
+// file (local_jwks): the alternative the file documents, as an operator
+// would uncomment it.
+func RemoteJWKS(cfg []byte) ([]byte, error) {
+	lines := strings.SplitAfter(string(cfg), "\n")
+	var out []string
+	uncommented := 0
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		body := strings.TrimLeft(l, " ")
+		indent := l[:len(l)-len(body)]
+		switch {
+		case body == "local_jwks:\n":
+			i++ // and its filename
+			continue
+		case body == "# remote_jwks:\n" || body == "# - name: idp\n":
+			// The block: this line and the lines indented under it, each
+			// without its "# ".
+			out = append(out, indent+strings.TrimPrefix(body, "# "))
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], indent+"#   ") {
+				i++
+				out = append(out, indent+strings.TrimPrefix(lines[i], indent+"# "))
+			}
+			uncommented++
+			continue
+		}
+		out = append(out, l)
+	}
+	if uncommented != 2 {
+		return nil, fmt.Errorf("remote jwks: found %d of the 2 commented blocks (remote_jwks, the idp cluster)", uncommented)
+	}
+	return []byte(strings.Join(out, "")), nil
 }
 
 // render replaces cfg's demo ports by p's, and then its deploy-time values

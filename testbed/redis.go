@@ -41,6 +41,9 @@ type Redis struct {
 	bin  string
 	dir  string
 	port int
+	// conf, if set, is a configuration file the server reads first (a
+	// sentinel's, which it rewrites).
+	conf string
 	args []string
 	proc *Process
 }
@@ -68,10 +71,14 @@ func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Ito
 // Start starts the server (again, after Stop: empty) and waits until it
 // answers PING.
 func (r *Redis) Start() error {
-	p, err := Start("redis", r.bin, append([]string{
+	var args []string
+	if r.conf != "" {
+		args = []string{r.conf}
+	}
+	p, err := Start("redis", r.bin, append(append(args,
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--loglevel", "warning",
-	}, r.args...), nil)
+	), r.args...), nil)
 	if err != nil {
 		return err
 	}
@@ -109,8 +116,11 @@ func (r *Redis) Resume() error { return r.proc.Signal(syscall.SIGCONT) }
 // Do sends one command on a new connection and returns its reply as text:
 // for what a test asks of Redis itself (INFO, MEMORY USAGE, a forged
 // record), with no client library between.
-func (r *Redis) Do(args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+func (r *Redis) Do(args ...string) (string, error) { return redisDo(r.Addr(), args...) }
+
+// redisDo sends one command to the Redis at addr on a new connection.
+func redisDo(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
@@ -174,4 +184,32 @@ func readReply(br *bufio.Reader) (string, error) {
 		return strings.Join(parts, "\n"), nil
 	}
 	return "", fmt.Errorf("redis: unexpected reply %q", line)
+}
+
+// UsedMemory is the server's used_memory (INFO memory), in bytes:
+// everything it holds, with its own overhead.
+func (r *Redis) UsedMemory() (int64, error) {
+	info, err := r.Do("INFO", "memory")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("redis %s: INFO memory has no used_memory:\n%s", r.Addr(), info)
+}
+
+// MemoryUsage is MEMORY USAGE of key, in bytes: the key, its value and
+// their overhead. A key the server does not hold is an error.
+func (r *Redis) MemoryUsage(key string) (int64, error) {
+	got, err := r.Do("MEMORY", "USAGE", key)
+	if err != nil {
+		return 0, err
+	}
+	if got == "" {
+		return 0, fmt.Errorf("redis %s holds no key %s", r.Addr(), key)
+	}
+	return strconv.ParseInt(got, 10, 64)
 }

@@ -32,6 +32,9 @@ func (s *Stack) writeCapsnapConfigs() error {
 		}
 	}
 	files := map[string]string{"capsnap.yaml": s.capsnapConfig(0, "")}
+	if s.opts.Approvals {
+		files["approvers.yaml"] = approverTokens
+	}
 	if s.opts.Redis != "" {
 		// Written once: the replicas keep one secret across restarts.
 		if _, err := os.Stat(filepath.Join(s.opts.Dir, "snapshot.key")); err != nil {

@@ -23,15 +23,18 @@ type Ports struct {
 	// GRPC2 and Admin2 are the second capsnap replica's, with
 	// StackOptions.Redis.
 	GRPC2, Admin2 int
+	// Approvals and Approvals2 are each replica's approval page and API,
+	// with StackOptions.Approvals.
+	Approvals, Approvals2 int
 }
 
 // DemoPorts are the ports envoy/demo.yaml and capsnap's defaults use.
-var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081, Payments: 8082, GRPC2: 9011, Admin2: 9012}
+var DemoPorts = Ports{Envoy: 10000, EnvoyAdmin: 9901, GRPC: 9001, Admin: 9002, Billing: 8081, Payments: 8082, GRPC2: 9011, Admin2: 9012, Approvals: 9003, Approvals2: 9013}
 
 // RandomPorts picks free ports, so that tests can run side by side.
 func RandomPorts() (Ports, error) {
 	var p Ports
-	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing, &p.Payments, &p.GRPC2, &p.Admin2} {
+	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.GRPC, &p.Admin, &p.Billing, &p.Payments, &p.GRPC2, &p.Admin2, &p.Approvals, &p.Approvals2} {
 		n, err := FreePort()
 		if err != nil {
 			return Ports{}, err
@@ -117,7 +120,27 @@ type StackOptions struct {
 	// ReleaseOnError sets billing's servers[].release_on_error: a failed
 	// call gives back what it reserved of its budgets.
 	ReleaseOnError bool
+	// Approvals serves each replica's approval page and API on its
+	// Ports.Approvals, its approvers the development tokens ApproverToken
+	// (OnCall, in group billing-oncall) and OutsiderToken.
+	Approvals bool
 }
+
+// The approvers of a stack with StackOptions.Approvals.
+const (
+	OnCall        = "oncall@acme.example"
+	ApproverToken = "testbed-oncall-token-0001"
+	OutsiderToken = "testbed-outsider-token-01"
+)
+
+// approverTokens is the development tokens file of StackOptions.Approvals.
+const approverTokens = `tokens:
+  - {token: ` + ApproverToken + `, approver: ` + OnCall + `, groups: [billing-oncall]}
+  - {token: ` + OutsiderToken + `, approver: outsider@acme.example, groups: [sales]}
+`
+
+// ApprovalsURL is replica 0's approval page and API.
+func (s *Stack) ApprovalsURL() string { return "http://" + addr(s.opts.Ports.Approvals) }
 
 // Stack is Envoy in front of two billing servers, "billing" and
 // "payments" (the second serves another contract under the same tool
@@ -337,6 +360,13 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	}
 	if s.opts.Tracing != "" {
 		sections += "\ntracing: " + s.opts.Tracing
+	}
+	if s.opts.Approvals {
+		port := s.opts.Ports.Approvals
+		if replica == 1 {
+			port = s.opts.Ports.Approvals2
+		}
+		sections += fmt.Sprintf("\napprovals: {addr: %q, auth: {dev_tokens_file: approvers.yaml}}", addr(port))
 	}
 	snapshots := fmt.Sprintf("snapshots: {ttl: %s}", ttl)
 	if s.opts.Redis != "" {

@@ -52,7 +52,7 @@ func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, recor
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	ok, err := follows.Exec(ctx, c, []string{s.keys.calls + snap.Epoch, s.keys.snap + snap.Epoch}, args).AsInt64()
+	ok, err := follows.Exec(ctx, c, []string{s.keys.Calls(snap.Epoch), s.keys.Snapshot(snap.Epoch)}, args).AsInt64()
 	if err != nil {
 		s.fail("follows", err)
 		return false, s.unavailable()

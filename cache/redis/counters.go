@@ -136,5 +136,5 @@ func (s *Store) Release(counter string, at time.Time, amount int64) error {
 // of it the hash tag.
 func (s *Store) counterKey(counter string) string {
 	sum := sha256.Sum256([]byte(counter))
-	return s.keys.counter + "{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+	return s.keys.Counter(base64.RawURLEncoding.EncodeToString(sum[:16]))
 }

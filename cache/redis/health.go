@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -18,20 +19,48 @@ func (s *Store) connect() (rueidis.Client, error) {
 	if c := s.client.Load(); c != nil {
 		return *c, nil
 	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{s.o.Addr}, Username: s.o.Username, Password: s.o.Password,
-		SelectDB: s.o.DB, TLSConfig: s.o.TLS, ForceSingleClient: true,
+	o := rueidis.ClientOption{
+		Username: s.o.Username, Password: s.o.Password,
+		SelectDB: s.o.DB, TLSConfig: s.o.TLS,
 		ConnWriteTimeout:  s.o.Timeout,
 		Dialer:            net.Dialer{Timeout: s.o.Timeout},
 		CacheSizeEachConn: 32 << 20,
 		OnInvalidations:   s.invalidated,
-	})
+	}
+	// rueidis tells a cluster from one Redis by asking it; capsnap is told
+	// which it is, so that a cluster taken for one Redis (or one Redis for
+	// a cluster) is an error, not a surprise.
+	switch {
+	case s.o.Addr != "":
+		o.InitAddress, o.ForceSingleClient = []string{s.o.Addr}, true
+	case len(s.o.Cluster) > 0:
+		o.InitAddress = s.o.Cluster
+	default:
+		o.InitAddress = s.o.Sentinel.Addrs
+		o.Sentinel = rueidis.SentinelOption{
+			MasterSet: s.o.Sentinel.MasterSet, Username: s.o.Sentinel.Username, Password: s.o.Sentinel.Password,
+			Dialer: o.Dialer, TLSConfig: s.o.TLS,
+			// Besides following +switch-master, ask the sentinels now and
+			// then: a missed event would otherwise leave the store on a
+			// demoted master, which answers (read-only) and never closes.
+			TopologyRefreshInterval: sentinelRefresh,
+		}
+	}
+	c, err := rueidis.NewClient(o)
 	if err != nil {
 		return nil, err
+	}
+	if len(s.o.Cluster) > 0 && c.Mode() != rueidis.ClientModeCluster {
+		c.Close()
+		return nil, fmt.Errorf("%s is not a Redis Cluster (cluster_enabled:0): give one Redis as its address", strings.Join(s.o.Cluster, ","))
 	}
 	s.client.Store(&c)
 	return c, nil
 }
+
+// sentinelRefresh is how often the store asks the sentinels where the
+// master is, besides hearing them say it moved.
+const sentinelRefresh = 5 * time.Second
 
 // invalidated is rueidis's callback for Redis's invalidation pushes: nil
 // when a connection, and the cache it tracked, is gone.
@@ -41,7 +70,7 @@ func (s *Store) invalidated(msgs []rueidis.RedisMessage) {
 		return
 	}
 	for _, m := range msgs {
-		if k, err := m.ToString(); err == nil && k == s.keys.seq {
+		if k, err := m.ToString(); err == nil && k == s.keys.Seq() {
 			s.dirty.Add(1)
 			return
 		}
@@ -77,7 +106,7 @@ func (s *Store) check(ctx context.Context) {
 		return
 	}
 	if !s.healthy.Swap(true) {
-		s.o.Log.Info().Str("addr", s.o.Addr).Msg("snapshot store available")
+		s.o.Log.Info().Str("addr", s.where).Msg("snapshot store available")
 	}
 	s.metrics.up.Set(1)
 }
@@ -99,7 +128,7 @@ func (s *Store) fail(op string, err error) {
 	s.setErr(fmt.Errorf("%s: %w", op, err))
 	s.dirty.Add(1)
 	if s.healthy.Swap(false) {
-		s.o.Log.Error().Err(err).Str("op", op).Str("addr", s.o.Addr).Msg("snapshot store unavailable: denying every tools/list and tools/call until it answers")
+		s.o.Log.Error().Err(err).Str("op", op).Str("addr", s.where).Msg("snapshot store unavailable: denying every tools/list and tools/call until it answers")
 	}
 	s.metrics.up.Set(0)
 }
@@ -115,7 +144,7 @@ func (s *Store) healthyClient() (rueidis.Client, error) {
 }
 
 func (s *Store) unavailable() error {
-	return fmt.Errorf("%w: redis %s: %v", cache.ErrUnavailable, s.o.Addr, *s.lastErr.Load())
+	return fmt.Errorf("%w: redis %s: %v", cache.ErrUnavailable, s.where, *s.lastErr.Load())
 }
 
 func (s *Store) rejected(kind, key string) {

@@ -7,6 +7,7 @@ type metrics struct {
 	failures *prometheus.CounterVec
 	rejected *prometheus.CounterVec
 	resyncs  prometheus.Counter
+	rewound  prometheus.Counter
 }
 
 // newMetrics registers the store's metrics on reg, if there is one. Every
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "capsnap", Subsystem: "store", Name: "resyncs_total",
 			Help: "Times this replica re-read the shared invalidations because Redis said they moved, or a connection dropped.",
 		}),
+		rewound: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "capsnap", Subsystem: "store", Name: "sequence_rewound_total",
+			Help: "Times this replica saw the invalidation sequence go back (Redis lost acknowledged writes, as in a failover, or an old record was written back) and started a new incarnation.",
+		}),
 	}
 	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem", "reserve", "release"} {
 		m.failures.WithLabelValues(op)
@@ -37,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejected.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.up, m.failures, m.rejected, m.resyncs)
+		reg.MustRegister(m.up, m.failures, m.rejected, m.resyncs, m.rewound)
 	}
 	return m
 }

@@ -76,19 +76,26 @@ func newIncarnation() string {
 }
 
 // seqRecord is the store's invalidation sequence, with the incarnation it
-// counts in: "<incarnation>.<n>.<mac>".
+// counts in and a nonce: "<incarnation>.<n>.<nonce>.<mac>". The nonce
+// makes each write of the sequence unlike any other, so that a replica
+// can tell the n it read from another n written after Redis lost the
+// first (a failover to a replica it had not reached), or from an old
+// record written back.
 func (s *sealer) seqRecord(inc string, n uint64) string {
 	ns := strconv.FormatUint(n, 10)
-	return inc + "." + ns + "." + s.mac(kindSeq, inc, ns)
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	nonce := base64.RawURLEncoding.EncodeToString(b[:])
+	return inc + "." + ns + "." + nonce + "." + s.mac(kindSeq, inc, ns, nonce)
 }
 
-func (s *sealer) openSeq(raw string) (inc string, n uint64, err error) {
+func (s *sealer) openSeq(raw string) (seqMark, error) {
 	parts := strings.Split(raw, ".")
-	if len(parts) != 3 || !s.verify(parts[2], kindSeq, parts[0], parts[1]) {
-		return "", 0, errors.New("the sequence record fails its MAC")
+	if len(parts) != 4 || !s.verify(parts[3], kindSeq, parts[0], parts[1], parts[2]) {
+		return seqMark{}, errors.New("the sequence record fails its MAC")
 	}
-	n, err = strconv.ParseUint(parts[1], 10, 64)
-	return parts[0], n, err
+	n, err := strconv.ParseUint(parts[1], 10, 64)
+	return seqMark{raw: raw, incarnation: parts[0], seq: n}, err
 }
 
 // invField names tool of server in the invalidation hash.

@@ -21,7 +21,7 @@ func (s *Store) Redeem(tickets []string, keep time.Duration) error {
 	defer cancel()
 	cmds := make([]rueidis.Completed, 0, len(tickets))
 	for _, t := range tickets {
-		key := s.keys.redeemed + t
+		key := s.keys.Redeemed(t)
 		cmds = append(cmds, c.B().Set().Key(key).Value(s.seal.mac(kindRedemption, v.incarnation, key)).Px(keep).Build())
 	}
 	for _, r := range c.DoMulti(ctx, cmds...) {
@@ -33,7 +33,8 @@ func (s *Store) Redeem(tickets []string, keep time.Duration) error {
 	return nil
 }
 
-// Redeemed implements cache.Redemptions, in one round trip. A record that
+// Redeemed implements cache.Redemptions, in one round trip (on a cluster,
+// one to each node holding a ticket, at once). A record that
 // fails its MAC is audited and read as absent: the listing is then counted
 // as one that never came back, which is what a forged record hides.
 func (s *Store) Redeemed(tickets []string) ([]bool, error) {
@@ -45,21 +46,24 @@ func (s *Store) Redeemed(tickets []string) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A GET each, not one MGET: on a cluster the tickets lie in many
+	// slots, and rueidis sends each node its GETs at once.
 	keys := make([]string, len(tickets))
+	gets := make([]rueidis.Completed, len(tickets))
 	for i, t := range tickets {
-		keys[i] = s.keys.redeemed + t
+		keys[i] = s.keys.Redeemed(t)
+		gets[i] = c.B().Get().Key(keys[i]).Build()
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	vals, err := c.Do(ctx, c.B().Mget().Key(keys...).Build()).ToArray()
-	if err != nil {
-		s.fail("get", err)
-		return nil, s.unavailable()
-	}
-	for i, val := range vals {
-		raw, err := val.ToString()
+	for i, res := range c.DoMulti(ctx, gets...) {
+		raw, err := res.ToString()
+		if rueidis.IsRedisNil(err) {
+			continue // not redeemed
+		}
 		if err != nil {
-			continue // nil: not redeemed
+			s.fail("get", err)
+			return nil, s.unavailable()
 		}
 		if !s.seal.verify(raw, kindRedemption, v.incarnation, keys[i]) {
 			s.rejected(kindRedemption, keys[i])

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -35,12 +36,12 @@ func TestRedemptionsAreShared(t *testing.T) {
 	}
 
 	// Written without the secret, or moved from another ticket's key.
-	mustDo(t, r, "SET", prefix+"redeemed:ticket-forged", "forged")
-	mac, err := r.Do("GET", prefix+"redeemed:ticket-one")
+	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Redeemed("ticket-forged"), "forged")
+	mac, err := r.Do("GET", redis.Layout{Prefix: prefix}.Redeemed("ticket-one"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustDo(t, r, "SET", prefix+"redeemed:ticket-moved", mac)
+	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Redeemed("ticket-moved"), mac)
 	if got, err := b.Redeemed([]string{"ticket-forged", "ticket-moved"}); err != nil || slices.Contains(got, true) {
 		t.Fatalf("forged redemptions read as %v, %v", got, err)
 	}

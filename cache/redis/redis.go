@@ -23,7 +23,13 @@
 // The store fails closed: when Redis cannot be reached, or answers slower
 // than Options.Timeout, every read and write returns cache.ErrUnavailable
 // until a probe succeeds again. A Redis that comes back empty has a new
-// incarnation, whose records no snapshot of the old one matches.
+// incarnation, whose records no snapshot of the old one matches; so has
+// one whose invalidation sequence went back (a failover that lost
+// acknowledged writes), as seen by any replica that read the later one.
+//
+// Redis is one server, a Redis Cluster (every key hash-tagged so that
+// what one operation touches lies in one slot: Layout), or a master that
+// Sentinel fails over to a replica.
 package redis
 
 import (
@@ -31,6 +37,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,9 +51,18 @@ import (
 	"github.com/capsnap/capsnap/internal/bounded"
 )
 
-// Options configure a Store.
+// Options configure a Store. Exactly one of Addr, Cluster and Sentinel
+// says where Redis is.
 type Options struct {
-	Addr     string
+	// Addr is one Redis, host:port.
+	Addr string
+	// Cluster are seed nodes (host:port) of a Redis Cluster: the store
+	// learns the rest, and follows slots as they move.
+	Cluster []string
+	// Sentinel finds the master of a Redis that Sentinel fails over.
+	Sentinel Sentinel
+	// Username and Password authenticate to Redis itself (every node, or
+	// the master and its replicas).
 	Username string
 	Password string
 	DB       int
@@ -77,11 +93,24 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Sentinel is a Redis master set that Sentinel watches and fails over.
+type Sentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string
+	// Addrs are sentinels, host:port.
+	Addrs []string
+	// Username and Password authenticate to the sentinels, if they
+	// require it.
+	Username, Password string
+}
+
 // Store is a cache.Store on Redis.
 type Store struct {
-	o     Options
-	seal  *sealer
-	keys  keys
+	o    Options
+	seal *sealer
+	keys Layout
+	// where is Redis, for logs and errors.
+	where string
 	local *ristretto.Cache[string, *cache.Snapshot]
 	// known are the calls this replica has seen recorded in Redis, by
 	// incarnation, epoch and tool (knownKey). A call's record is never
@@ -111,6 +140,10 @@ type Store struct {
 	// mu serialises resyncs and holds the invalidations not yet written.
 	mu      sync.Mutex
 	pending []pendingInvalidation
+	// written is the last sequence record this replica wrote: a Redis
+	// that shows it less is one that lost it, even before this replica
+	// read it back.
+	written seqMark
 	lastErr atomic.Pointer[error]
 
 	// movedKeys are the pointers this replica moved, until when it reads
@@ -129,14 +162,16 @@ var (
 	_ cache.Redemptions = (*Store)(nil)
 )
 
-type keys struct{ seq, inv, snap, latest, any, calls, redeemed, counter string }
-
 // Open returns a Store and starts probing Redis. It returns without
 // waiting for Redis: until Redis answers, the store is unavailable.
 func Open(o Options) (*Store, error) {
+	where, err := o.where()
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case o.Addr == "":
-		return nil, errors.New("redis: an address is required")
+	case strings.ContainsAny(o.KeyPrefix, "{}"):
+		return nil, fmt.Errorf("redis: the key prefix %q holds a brace: it would be every key's Redis Cluster hash tag", o.KeyPrefix)
 	case len(o.Secret) < 32:
 		return nil, errors.New("redis: the secret must be at least 32 bytes")
 	case o.Timeout <= 0 || o.ProbeInterval <= 0 || o.MaxLocal <= 0:
@@ -151,11 +186,9 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	p := o.KeyPrefix
 	s := &Store{
 		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
-		keys:    keys{seq: p + "seq", inv: p + "inv", snap: p + "snap:", latest: p + "latest:", any: p + "any:", calls: p + "calls:", redeemed: p + "redeemed:", counter: p + "counter:"},
-		metrics: newMetrics(o.Registerer),
+		keys: Layout{o.KeyPrefix}, where: where, metrics: newMetrics(o.Registerer),
 	}
 	s.dirty.Store(1)
 	s.setErr(errors.New("not connected yet"))
@@ -163,6 +196,32 @@ func Open(o Options) (*Store, error) {
 	s.stop = cancel
 	go s.probe(ctx)
 	return s, nil
+}
+
+// where checks that exactly one of Addr, Cluster and Sentinel is given, and
+// names it.
+func (o Options) where() (string, error) {
+	n := 0
+	var where string
+	if o.Addr != "" {
+		n, where = n+1, o.Addr
+	}
+	if len(o.Cluster) > 0 {
+		n, where = n+1, "cluster "+strings.Join(o.Cluster, ",")
+	}
+	if o.Sentinel.MasterSet != "" || len(o.Sentinel.Addrs) > 0 {
+		if o.Sentinel.MasterSet == "" || len(o.Sentinel.Addrs) == 0 {
+			return "", errors.New("redis: a sentinel needs a master set and at least one address")
+		}
+		n, where = n+1, "sentinel "+o.Sentinel.MasterSet+"@"+strings.Join(o.Sentinel.Addrs, ",")
+	}
+	switch {
+	case n != 1:
+		return "", errors.New("redis: exactly one of an address, a cluster and a sentinel is required")
+	case o.DB != 0 && len(o.Cluster) > 0:
+		return "", errors.New("redis: a cluster has database 0 only")
+	}
+	return where, nil
 }
 
 // Close stops the probe and closes the connections.

@@ -41,17 +41,25 @@ type replica struct {
 // it is available.
 func open(t testing.TB, r *testbed.Redis, prefix string, edit ...func(*redis.Options)) (*replica, string) {
 	t.Helper()
+	return openAt(t, func(o *redis.Options) { o.Addr = r.Addr() }, prefix, edit...)
+}
+
+// openAt is open on the Redis that where puts in the options: one, a
+// cluster, a sentinel's.
+func openAt(t testing.TB, where func(*redis.Options), prefix string, edit ...func(*redis.Options)) (*replica, string) {
+	t.Helper()
 	if prefix == "" {
 		prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
 	}
 	audit := &lockedWriter{}
 	reg := prometheus.NewRegistry()
 	o := redis.Options{
-		Addr: r.Addr(), Secret: secret, KeyPrefix: prefix,
+		Secret: secret, KeyPrefix: prefix,
 		Timeout: 300 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		Retain: time.Minute, MaxLocal: 10000,
 		Audit: zerolog.New(audit), Registerer: reg,
 	}
+	where(&o)
 	for _, e := range edit {
 		e(&o)
 	}
@@ -79,7 +87,10 @@ func TestReplicasAgree(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, prefix := open(t, r, "")
 	b, _ := open(t, r, prefix)
+	replicasAgree(t, a, b)
+}
 
+func replicasAgree(t *testing.T, a, b *replica) {
 	refund := cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp"}
 	first := storetest.Snapshot("agent", "billing", "s1", time.Minute, refund)
 	storetest.Put(t, a, first)
@@ -193,31 +204,35 @@ func TestHotPathStaysLocal(t *testing.T) {
 	}
 }
 
-// commands is how many commands Redis has processed.
-func commands(t *testing.T, r *testbed.Redis) int {
+// commands is how many commands the Redis servers rs have processed.
+func commands(t testing.TB, rs ...*testbed.Redis) int {
 	t.Helper()
 	n := 0
-	for _, calls := range commandStats(t, r) {
+	for _, calls := range commandStats(t, rs...) {
 		n += calls
 	}
 	return n
 }
 
-// commandStats is how many times Redis has run each command.
-func commandStats(t *testing.T, r *testbed.Redis) map[string]int {
+// commandStats is how many times the Redis servers rs have run each
+// command, together.
+func commandStats(t testing.TB, rs ...*testbed.Redis) map[string]int {
 	t.Helper()
-	info, err := r.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int{}
-	for _, line := range strings.Split(info, "\r\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok {
-			continue
+	for _, r := range rs {
+		info, err := r.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
 		}
-		n, _, _ := strings.Cut(rest, ",")
-		out[name], _ = strconv.Atoi(n)
+		for _, line := range strings.Split(info, "\r\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _, _ := strings.Cut(rest, ",")
+			calls, _ := strconv.Atoi(n)
+			out[name] += calls
+		}
 	}
 	return out
 }
@@ -244,7 +259,7 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 	// B has no local copies: it reads what is in Redis.
 	b, _ := open(t, r, prefix)
 
-	raw, err := r.Do("GET", prefix+"snap:"+snap.Epoch)
+	raw, err := r.Do("GET", redis.Layout{Prefix: prefix}.Snapshot(snap.Epoch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,28 +267,28 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 	if forged == raw {
 		t.Fatalf("no principal in the record %q", raw)
 	}
-	mustDo(t, r, "SET", prefix+"snap:"+snap.Epoch, forged)
+	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Snapshot(snap.Epoch), forged)
 	if got, ok, err := b.ByEpoch(snap.Epoch); ok || err != nil {
 		t.Fatalf("a forged snapshot was read: %+v, %v", got, err)
 	}
 	// A pointer from mallory's key to agent's snapshot, with agent's MAC.
-	agentKey := cache.LatestKey(prefix+"latest:", "agent", "billing", "")
+	agentKey := redis.Layout{Prefix: prefix}.Latest("agent", "billing", "")
 	ptr, err := r.Do("GET", agentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustDo(t, r, "SET", cache.LatestKey(prefix+"latest:", "mallory", "billing", ""), ptr)
+	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Latest("mallory", "billing", ""), ptr)
 	if got, ok, err := b.Latest("mallory", "billing", ""); ok || err != nil {
 		t.Fatalf("a pointer moved to another key was followed: %+v, %v", got, err)
 	}
 	// A call recorded by a writer without the secret.
-	mustDo(t, r, "SADD", prefix+"calls:"+snap.Epoch, "lookup_order")
+	mustDo(t, r, "SADD", redis.Layout{Prefix: prefix}.Calls(snap.Epoch), "lookup_order")
 	if ok, err := b.Follows(snap, "refund", []string{"lookup_order"}, false); ok || err != nil {
 		t.Fatalf("a forged call satisfied a sequence rule: %v, %v", ok, err)
 	}
 	// An invalidation with a bad MAC voids every pin of its tool.
 	seq, _ := b.Seq()
-	mustDo(t, r, "HSET", prefix+"inv", "7:billingrefund", "1.forged")
+	mustDo(t, r, "HSET", redis.Layout{Prefix: prefix}.Invalidations(), "7:billingrefund", "1.forged")
 	// The next real invalidation makes every replica re-read them all.
 	if err := a.Invalidate("billing", []string{"create_invoice"}); err != nil {
 		t.Fatal(err)
@@ -299,7 +314,7 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 
 	// A forged sequence leaves the store unavailable: nothing is decided
 	// on a sequence an attacker could have lowered.
-	mustDo(t, r, "SET", prefix+"seq", "x.0.forged")
+	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Seq(), "x.0.nonce.forged")
 	waitFor(t, "a forged sequence to make the store unavailable", func() bool {
 		_, err := b.Seq()
 		return errors.Is(err, cache.ErrUnavailable)
@@ -501,7 +516,7 @@ func TestNewIncarnationForgetsWhatWasSeen(t *testing.T) {
 	if ok, err := a.Follows(snap, "refund", []string{"lookup_order"}, false); err != nil || !ok {
 		t.Fatalf("refund after lookup_order: %v, %v", ok, err)
 	}
-	pointer := cache.LatestKey(prefix+"latest:", "agent", "billing", "")
+	pointer := redis.Layout{Prefix: prefix}.Latest("agent", "billing", "")
 	raw, err := r.Do("GET", pointer)
 	if err != nil {
 		t.Fatal(err)
@@ -527,5 +542,96 @@ func TestNewIncarnationForgetsWhatWasSeen(t *testing.T) {
 	}
 	if ok, err := a.Follows(snap, "refund", []string{"lookup_order"}, false); err != nil || ok {
 		t.Fatalf("refund after a lookup_order recorded in the lost incarnation: %v, %v", ok, err)
+	}
+}
+
+// A sequence that goes back — Redis lost acknowledged writes in a
+// failover, or an old record was written back — voids its incarnation:
+// a replica that saw the later sequence starts a new one, and no pin
+// confirmed at a sequence Redis forgot survives to be compared with a
+// change given the same number. Both ways back: to the older record, and
+// to another record at the number the replica saw, written by a replica
+// that never saw the lost one.
+func TestSequenceRewoundStartsANewIncarnation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rewind func(t *testing.T, r *testbed.Redis, prefix string)
+	}{
+		{"older record", func(*testing.T, *testbed.Redis, string) {}},
+		{"same number", func(t *testing.T, r *testbed.Redis, prefix string) {
+			c, _ := open(t, r, prefix)
+			if err := c.Invalidate("billing", []string{"lookup_order"}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testbed.StartRedis(t)
+			a, prefix := open(t, r, "")
+			// B hears of the rewind only when it next decides.
+			b, _ := open(t, r, prefix, func(o *redis.Options) { o.ProbeInterval = time.Hour })
+			seq := redis.Layout{Prefix: prefix}.Seq()
+			before, err := r.Do("GET", seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Invalidate("billing", []string{"refund"}); err != nil {
+				t.Fatal(err)
+			}
+			snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+			waitFor(t, "B to see A's invalidation", func() bool { n, err := b.Seq(); return err == nil && n == 1 })
+			snap.Seq, snap.Pins[0].Seq = 1, 1
+			storetest.Put(t, b, snap)
+
+			mustDo(t, r, "SET", seq, before)
+			tc.rewind(t, r, prefix)
+			// Redis tells B the sequence moved within a millisecond or so.
+			waitFor(t, "B to see the sequence go back", func() bool {
+				_, err := b.Seq()
+				return err == nil && value(t, b.reg, "capsnap_store_sequence_rewound_total", "") == 1
+			})
+			if got, ok, err := b.ByEpoch(snap.Epoch); ok || err != nil {
+				t.Fatalf("a snapshot pinned at a sequence Redis forgot was read: %+v, %v", got, err)
+			}
+			if !strings.Contains(b.audit.String(), `"event":"store_sequence_rewound"`) {
+				t.Errorf("no audit line for the rewound sequence:\n%s", b.audit.String())
+			}
+			// The new incarnation serves both replicas.
+			next := storetest.Snapshot("agent", "billing", "", time.Minute)
+			storetest.Put(t, b, next)
+			waitFor(t, "A to read the new incarnation's snapshot", func() bool {
+				got, ok, err := a.Latest("agent", "billing", "")
+				return err == nil && ok && got.Epoch == next.Epoch
+			})
+		})
+	}
+}
+
+// The replica that wrote an invalidation Redis then lost sees the
+// sequence behind its own write, though it never read that write back:
+// the change is not lost unseen.
+func TestLostInvalidationIsSeenByItsWriter(t *testing.T) {
+	r := testbed.StartRedis(t)
+	a, prefix := open(t, r, "", func(o *redis.Options) { o.ProbeInterval = time.Hour })
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	storetest.Put(t, a, snap)
+	seq := redis.Layout{Prefix: prefix}.Seq()
+	before, err := r.Do("GET", seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Invalidate("billing", []string{"refund"}); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, r, "SET", seq, before)
+	mustDo(t, r, "DEL", redis.Layout{Prefix: prefix}.Invalidations())
+	if _, err := a.Seq(); err != nil {
+		t.Fatal(err)
+	}
+	if n := value(t, a.reg, "capsnap_store_sequence_rewound_total", ""); n != 1 {
+		t.Fatalf("capsnap_store_sequence_rewound_total = %v, want 1", n)
+	}
+	if got, ok, err := a.ByEpoch(snap.Epoch); ok || err != nil {
+		t.Fatalf("a snapshot of the incarnation that lost an invalidation was read: %+v, %v", got, err)
 	}
 }

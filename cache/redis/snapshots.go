@@ -31,25 +31,37 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 		return err
 	}
 	keep := ttl + s.o.Retain
-	latest := cache.LatestKey(s.keys.latest, snap.Principal, snap.ServerID, snap.Session)
-	any := s.keys.any + cache.AnySessionKey(snap.Principal, snap.ServerID)
+	latest := s.keys.Latest(snap.Principal, snap.ServerID, snap.Session)
+	any := s.keys.AnySession(snap.Principal, snap.ServerID)
 	ctx, cancel := s.ctx()
 	defer cancel()
-	for _, r := range c.DoMulti(ctx,
-		c.B().Set().Key(s.keys.snap+snap.Epoch).Value(rec).Px(keep).Build(),
+	writes := []rueidis.Completed{
+		c.B().Set().Key(s.keys.Snapshot(snap.Epoch)).Value(rec).Px(keep).Build(),
 		c.B().Set().Key(latest).Value(s.seal.pointer(v.incarnation, latest, snap.Epoch)).Px(keep).Build(),
 		c.B().Set().Key(any).Value(s.seal.pointer(v.incarnation, any, snap.Epoch)).Px(keep).Build(),
-	) {
-		if err := r.Error(); err != nil {
-			s.fail("put", err)
-			return s.unavailable()
+	}
+	// No pointer may name a snapshot not yet written: a call following it
+	// would be denied no_snapshot. One Redis runs a pipeline in order; a
+	// cluster runs each node's part at once, and the snapshot's slot is
+	// not its pointers', so there it goes first, in a round trip of its
+	// own.
+	batches := [][]rueidis.Completed{writes}
+	if c.Mode() == rueidis.ClientModeCluster {
+		batches = [][]rueidis.Completed{writes[:1], writes[1:]}
+	}
+	for _, batch := range batches {
+		for _, r := range c.DoMulti(ctx, batch...) {
+			if err := r.Error(); err != nil {
+				s.fail("put", err)
+				return s.unavailable()
+			}
 		}
 	}
 	// A Redis that restarted empty under the write holds the snapshot
 	// under the old incarnation, where no replica can read it: this one
 	// must not keep it either.
 	if now, _, err := s.current(); err != nil || now.incarnation != v.incarnation {
-		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.o.Addr)
+		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.where)
 	}
 	snap.Keep(s)
 	s.local.SetWithTTL(snap.Epoch, snap, 1, keep)
@@ -99,7 +111,7 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	key := s.keys.snap + epoch
+	key := s.keys.Snapshot(epoch)
 	res := c.Do(ctx, c.B().Get().Key(key).Build())
 	raw, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
@@ -123,17 +135,17 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 
 // Latest implements cache.Store.
 func (s *Store) Latest(principal, serverID, session string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(cache.LatestKey(s.keys.latest, principal, serverID, session), false)
+	return s.byPointer(s.keys.Latest(principal, serverID, session), false)
 }
 
 // LatestNow implements cache.Store.
 func (s *Store) LatestNow(principal, serverID, session string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(cache.LatestKey(s.keys.latest, principal, serverID, session), true)
+	return s.byPointer(s.keys.Latest(principal, serverID, session), true)
 }
 
 // LatestInAnySession implements cache.Store.
 func (s *Store) LatestInAnySession(principal, serverID string) (*cache.Snapshot, bool, error) {
-	return s.byPointer(s.keys.any+cache.AnySessionKey(principal, serverID), false)
+	return s.byPointer(s.keys.AnySession(principal, serverID), false)
 }
 
 // byPointer follows a newest-snapshot pointer. The pointer is read through

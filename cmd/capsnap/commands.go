@@ -61,7 +61,7 @@ func newRootCmd(stdout, stderr io.Writer) (root *cobra.Command, ran *bool) {
 	root.SetVersionTemplate("capsnap {{.Version}}\n")
 	root.AddCommand(
 		newServeCmd(), newCheckCmd(), newDigestCmd(), newLockCmd(),
-		newPolicyCmd(), newKeysCmd(), newAuditCmd(), newVersionCmd(),
+		newPolicyCmd(), newKeysCmd(), newAuditCmd(), newApprovalsCmd(), newVersionCmd(),
 	)
 	// cobra adds help and completion itself when it executes; added now,
 	// they get examples too, and help an exit code for an unknown topic.

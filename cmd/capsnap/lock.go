@@ -77,6 +77,15 @@ func lock(o lockOptions, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s: %s from %s\n", path, countOf(len(live), "tool"), countOf(len(cfg.Servers), "server"))
+		// What the lock approves runs under the policy's limits and
+		// approvals, which reviewers of the lockfile should see beside it.
+		if p, err := policy.Load(cfg.PolicyFile); err == nil {
+			for _, e := range live {
+				for _, r := range p.SpanningRules(e.ServerID, e.Tool) {
+					fmt.Fprintf(stdout, "  %s/%s: %s\n", e.ServerID, e.Tool, r)
+				}
+			}
+		}
 		return nil
 	}
 	changes := lockfile.Diff(locked.Entries(), live)

@@ -82,7 +82,8 @@ func TestLockWrites(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		if want := "wrote " + out + ": 3 tools from 2 servers\n"; stdout != want {
+		if want := "wrote " + out + ": 3 tools from 2 servers\n" +
+			`  billing/refund: budget "daily_refunds": the sum of args.amount, at most 500 per 24h, per principal, on the tool` + "\n"; stdout != want {
 			t.Errorf("stdout %q, want %q", stdout, want)
 		}
 		if got := readFile(t, out); got != golden {
@@ -177,7 +178,8 @@ func TestLockAgainstSDKServer(t *testing.T) {
 		}
 		return stdout
 	}
-	if got, want := step(exitOK), "wrote "+lock+": 2 tools from 1 server\n"; got != want {
+	if got, want := step(exitOK), "wrote "+lock+": 2 tools from 1 server\n"+
+		`  billing/refund: budget "daily_refunds": the sum of args.amount, at most 500 per 24h, per principal, on the tool`+"\n"; got != want {
 		t.Errorf("lock: stdout %q, want %q", got, want)
 	}
 	if got := readFile(t, lock); !strings.Contains(got, `"description": "Refund part or all of an order, in USD."`) {

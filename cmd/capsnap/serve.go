@@ -60,6 +60,9 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 	if err != nil {
 		return err
 	}
+	if err := approvalsFor(cfg, rules.Policy); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
 	if _, err := sources(cfg, zerolog.Nop(), nil); err != nil {
 		return err
 	}
@@ -234,7 +237,18 @@ func serve(path string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.close()
+	if err := approvalsFor(cfg, rules.Policy); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	approvals, approvalServer, err := openApprovals(cfg, store, auditLog, log, reg)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if approvals != nil {
+		defer approvals.Close()
+	}
 	srv, err = decide.New(decide.Options{
+		Approvals:        approvals,
 		Catalog:          cat,
 		Servers:          cat.Servers(),
 		Rules:            rules,
@@ -314,8 +328,29 @@ func serve(path string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
+	if approvalServer != nil {
+		approvalLis, err := net.Listen("tcp", cfg.Approvals.Addr)
+		if err != nil {
+			return fmt.Errorf("serve: approvals: %w", err)
+		}
+		g.Go(func() error { approvals.Run(ctx, 5*time.Second); return nil })
+		g.Go(func() error {
+			if err := approvalServer.Serve(approvalLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			return approvalServer.Shutdown(sctx)
+		})
+		log.Info().Str("addr", cfg.Approvals.Addr).Str("url", approvals.URL("")).Msg("approvals served")
+	}
 	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
 	g.Go(func() error { srv.WatchPolicy(ctx, cfg.PolicyFile, cfg.PolicyPoll, log); return nil })
+	g.Go(func() error { watchKeys(ctx, keys, cfg.Envelope.KeyPoll, log); return nil }) // envelope.go
 	g.Go(func() error { srv.WatchResponsePath(ctx, log); return nil })
 	g.Go(func() error {
 		<-ctx.Done()

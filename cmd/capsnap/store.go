@@ -56,13 +56,17 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 // redisOptions reads what the Redis store needs from files: the secret,
 // the password, the TLS material. `capsnap check` reads them too.
 func redisOptions(rc config.Redis) (redis.Options, error) {
-	o := redis.Options{Addr: rc.Addr, Username: rc.Username, DB: rc.DB, KeyPrefix: rc.KeyPrefix,
-		Timeout: rc.Timeout, ProbeInterval: rc.ProbeInterval}
+	o := redis.Options{Addr: rc.Addr, Cluster: rc.Cluster.Addrs, Username: rc.Username, DB: rc.DB, KeyPrefix: rc.KeyPrefix,
+		Timeout: rc.Timeout, ProbeInterval: rc.ProbeInterval,
+		Sentinel: redis.Sentinel{MasterSet: rc.Sentinel.MasterSet, Addrs: rc.Sentinel.Addrs, Username: rc.Sentinel.Username}}
 	var err error
 	if o.Secret, err = rc.ReadSecret(); err != nil {
 		return o, err
 	}
 	if o.Password, err = rc.ReadPassword(); err != nil {
+		return o, err
+	}
+	if o.Sentinel.Password, err = rc.Sentinel.ReadPassword(); err != nil {
 		return o, err
 	}
 	if rc.TLS.CAFile == "" {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +109,64 @@ func TestRedisTLSAndPassword(t *testing.T) {
 				t.Logf("refused, as it should be: %v", err)
 			}
 		})
+	}
+}
+
+// snapshots.redis.cluster reaches a real Redis Cluster through the
+// configuration file, and snapshots.redis.sentinel's settings and its
+// password file reach the store's options.
+func TestRedisClusterAndSentinelFromConfig(t *testing.T) {
+	testbed.RedisServer(t)
+	c := testbed.StartRedisCluster(t, 3)
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"snapshot.key":      "0123456789abcdef0123456789abcdef\n",
+		"sentinel-password": "s3ntinel\n",
+		"policy.yaml":       "",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(redisYAML string) config.Redis {
+		t.Helper()
+		path := filepath.Join(dir, "capsnap.yaml")
+		doc := "policy_file: policy.yaml\nservers: [{id: billing, url: \"http://127.0.0.1:1/mcp\"}]\n" +
+			"snapshots: {store: redis, redis: " + redisYAML + "}\n"
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Snapshots.Redis
+	}
+
+	o, err := redisOptions(load(`{cluster: {addrs: ["` + strings.Join(c.Addrs()[:2], `", "`) + `"]}, secret_file: snapshot.key}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Timeout, o.ProbeInterval, o.MaxLocal = 300*time.Millisecond, 50*time.Millisecond, 10
+	s, err := redis.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, err := s.Seq(); err != nil; _, err = s.Seq() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store on the cluster did not become available: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	o, err = redisOptions(load(`{sentinel: {master_set: mymaster, addrs: ["127.0.0.1:26379", "127.0.0.1:26380"], username: capsnap, password_file: sentinel-password}, secret_file: snapshot.key}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := redis.Sentinel{MasterSet: "mymaster", Addrs: []string{"127.0.0.1:26379", "127.0.0.1:26380"}, Username: "capsnap", Password: "s3ntinel"}
+	if o.Addr != "" || o.Cluster != nil || !reflect.DeepEqual(o.Sentinel, want) {
+		t.Fatalf("sentinel options = %+v, want %+v", o, want)
 	}
 }

@@ -3,7 +3,8 @@
 // ports, then acts as agents on the official MCP Go SDK and prints each
 // decision and why, through the seed's worked refund example, its policy
 // (a USD 250 cap, a reason allowlist, refund only after lookup), its drift
-// denial, and a daily cap that spans calls.
+// denial, a daily cap that spans calls, and a person approving one exact
+// refund.
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/examples/billing"
 	"github.com/capsnap/capsnap/pincheck"
 	"github.com/capsnap/capsnap/testbed"
@@ -45,6 +47,23 @@ const dailyCap = `    budgets:
         limit: 500
         window: 24h
 `
+
+// approvalRule holds a payments refund over USD 100 (10000 cents) for the
+// on-call's approval of its exact arguments.
+const approvalRule = `    approval:
+      when: "int(args.amount) > 10000"
+      approvers: ["group:billing-oncall"]
+      ttl: 10m
+`
+
+// withApproval is p with approvalRule on payments' refund.
+func withApproval(p []byte) ([]byte, error) {
+	const after = "        message: \"refunds are capped at USD 250 (25000 cents) per call\"\n"
+	if strings.Count(string(p), after) != 1 {
+		return nil, errors.New("policy.yaml: payments' refund rule is not where the approval goes")
+	}
+	return []byte(strings.Replace(string(p), after, after+approvalRule, 1)), nil
+}
 
 // withDailyCap is policy with dailyCap on billing's refund.
 func withDailyCap() ([]byte, error) {
@@ -91,6 +110,9 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 		// signed once per snapshot and tool; the servers check it against
 		// capsnap's JWKS and their grant key before a handler starts.
 		Envelope: true, Grants: true,
+		// The approval page and API on the demo's port 9003, its approvers
+		// development tokens: the on-call is testbed.ApproverToken.
+		Approvals: true,
 	})
 	if err != nil {
 		return err
@@ -168,6 +190,35 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	for range 3 {
 		call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 200, "reason_code": "damaged"})
 	}
+
+	step("Refunds over USD 100 on payments now wait for a person: the operator adds an approval rule (a tightening)")
+	held, err := withApproval(capped)
+	if err != nil {
+		return err
+	}
+	if err := s.ReloadPolicy(ctx, held); err != nil {
+		return err
+	}
+	pay, err := agent.Connect(ctx, s.RouteURL("payments"), "")
+	if err != nil {
+		return err
+	}
+	defer pay.Close()
+	if _, err := pay.ListTools(ctx, nil); err != nil {
+		return fmt.Errorf("payments tools/list: %w", err)
+	}
+	refund150 := map[string]any{"order_id": "A-100", "amount": "15000", "destination_account": "acct-1"}
+	id := call(ctx, pay, "refund", refund150)
+	if id == "" {
+		return errors.New("the refund of USD 150 was not held for approval")
+	}
+	approver := &approval.Client{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}
+	if _, err := approver.Decide(ctx, id, true, "demo: order A-100 checked"); err != nil {
+		return fmt.Errorf("approve: %w", err)
+	}
+	fmt.Printf("  %s approves request %s on the approval page's API\n", testbed.OnCall, id)
+	call(ctx, pay, "refund", refund150)
+	call(ctx, pay, "refund", refund150)
 
 	step("Another agent replays the support agent's snapshot")
 	thief := testbed.NewAgent(readonlyAgent)
@@ -256,16 +307,18 @@ func starts(ctx context.Context, s *testbed.Stack) int {
 	return st.HandlerStarts["refund"]
 }
 
-func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[string]any) {
+// call calls tool and prints the decision; for a call held for approval
+// it returns the request's id.
+func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[string]any) string {
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err == nil {
 		fmt.Printf("  ALLOW  tools/call %s\n", tool)
-		return
+		return ""
 	}
 	var werr *jsonrpc.Error
 	if !errors.As(err, &werr) {
 		fmt.Printf("  ERROR  tools/call %s: %v\n", tool, err)
-		return
+		return ""
 	}
 	var data struct {
 		Reason         string   `json:"reason"`
@@ -275,7 +328,11 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		SnapshotDigest string   `json:"snapshot_digest"`
 		LiveDigest     string   `json:"live_digest"`
 		AllowedTools   []string `json:"allowed_tools"`
-		Limit          *struct {
+		Approval       *struct {
+			ID  string `json:"id"`
+			URL string `json:"url"`
+		} `json:"approval"`
+		Limit *struct {
 			Name              string  `json:"name"`
 			Limit             float64 `json:"limit"`
 			Used              float64 `json:"used"`
@@ -298,6 +355,11 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		fmt.Printf(", data.limit %s: %v of %v used, retry in %s", l.Name, l.Used, l.Limit, time.Duration(l.RetryAfterSeconds)*time.Second)
 	}
 	fmt.Println()
+	if a := data.Approval; a != nil {
+		fmt.Printf("         a person approves it at %s\n", a.URL)
+		return a.ID
+	}
+	return ""
 }
 
 func rawPost(ctx context.Context, s *testbed.Stack, body string) {

@@ -66,6 +66,7 @@ var knownMetrics = map[string]string{
 	"capsnap_store_failures_total":         "counter",
 	"capsnap_store_records_rejected_total": "counter",
 	"capsnap_store_resyncs_total":          "counter",
+	"capsnap_store_sequence_rewound_total": "counter",
 }
 
 // The drift reasons, as in deny/deny.go; the drift alert and panel select
@@ -232,7 +233,7 @@ func (m manifests) all(kind string) []object {
 }
 
 func TestYAMLFilesParse(t *testing.T) {
-	for _, dir := range []string{"kubernetes", "kubernetes/redis", "istio", "prometheus"} {
+	for _, dir := range []string{"kubernetes", "kubernetes/redis", "kubernetes/jwt", "istio", "istio/jwt", "prometheus"} {
 		for _, f := range yamlFiles(t, dir) {
 			docs := readDocs(t, f)
 			if dir == "prometheus" {
@@ -280,23 +281,32 @@ func TestNoExampleLogsMCPHeaders(t *testing.T) {
 	}
 }
 
+// kustomization is a kustomization.yaml, decoded strictly.
+type kustomization struct {
+	APIVersion         string   `yaml:"apiVersion"`
+	Kind               string   `yaml:"kind"`
+	Resources          []string `yaml:"resources"`
+	ConfigMapGenerator []struct {
+		Name  string   `yaml:"name"`
+		Files []string `yaml:"files"`
+	} `yaml:"configMapGenerator"`
+}
+
 func TestKustomizationListsEveryManifest(t *testing.T) {
-	var k struct {
-		APIVersion string   `yaml:"apiVersion"`
-		Kind       string   `yaml:"kind"`
-		Resources  []string `yaml:"resources"`
-	}
-	docs := readDocs(t, repoPath("examples", "kubernetes", "kustomization.yaml"))
-	docs[0].decode(t, &k, true)
-	var want []string
-	for _, f := range yamlFiles(t, "kubernetes") {
-		if b := filepath.Base(f); b != "kustomization.yaml" {
-			want = append(want, b)
+	for _, dir := range []string{"kubernetes", "kubernetes/jwt"} {
+		var k kustomization
+		docs := readDocs(t, repoPath("examples", dir, "kustomization.yaml"))
+		docs[0].decode(t, &k, true)
+		var want []string
+		for _, f := range yamlFiles(t, dir) {
+			if b := filepath.Base(f); b != "kustomization.yaml" {
+				want = append(want, b)
+			}
 		}
-	}
-	got := slices.Sorted(slices.Values(k.Resources))
-	if !slices.Equal(got, want) {
-		t.Errorf("kustomization.yaml resources = %v, want every manifest in the directory: %v", got, want)
+		got := slices.Sorted(slices.Values(k.Resources))
+		if !slices.Equal(got, want) {
+			t.Errorf("examples/%s/kustomization.yaml resources = %v, want every manifest in the directory: %v", dir, got, want)
+		}
 	}
 }
 
@@ -626,8 +636,20 @@ func TestDeployment(t *testing.T) {
 		}
 	}
 
-	// Non-root, read-only, no privileges, at pod and container level.
-	for name, sc := range map[string]securityContext{"pod": pod.SecurityContext, "container": c.SecurityContext} {
+	checkHardened(t, pod.SecurityContext, c)
+
+	// Prometheus finds the admin port by the pod's annotations.
+	ann := k.deploy.Spec.Template.Metadata.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(adminPort) || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", port %d, path /metrics", ann, adminPort)
+	}
+}
+
+// checkHardened holds a pod and its container to running non-root,
+// read-only, without privileges, and within requested resources.
+func checkHardened(t *testing.T, pod securityContext, c container) {
+	t.Helper()
+	for name, sc := range map[string]securityContext{"pod": pod, "container " + c.Name: c.SecurityContext} {
 		if sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 			t.Errorf("%s securityContext: runAsNonRoot must be true", name)
 		}
@@ -637,22 +659,16 @@ func TestDeployment(t *testing.T) {
 	}
 	sc := c.SecurityContext
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Errorf("container securityContext: readOnlyRootFilesystem must be true")
+		t.Errorf("container %s securityContext: readOnlyRootFilesystem must be true", c.Name)
 	}
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("container securityContext: allowPrivilegeEscalation must be false")
+		t.Errorf("container %s securityContext: allowPrivilegeEscalation must be false", c.Name)
 	}
 	if !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("container securityContext: capabilities must drop ALL and add none, have %+v", sc.Capabilities)
+		t.Errorf("container %s securityContext: capabilities must drop ALL and add none, have %+v", c.Name, sc.Capabilities)
 	}
 	if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
-		t.Errorf("container resources: want cpu and memory requests and a memory limit, have %+v", c.Resources)
-	}
-
-	// Prometheus finds the admin port by the pod's annotations.
-	ann := k.deploy.Spec.Template.Metadata.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(adminPort) || ann["prometheus.io/path"] != "/metrics" {
-		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", port %d, path /metrics", ann, adminPort)
+		t.Errorf("container %s resources: want cpu and memory requests and a memory limit, have %+v", c.Name, c.Resources)
 	}
 }
 
@@ -2304,6 +2320,37 @@ func TestDockerfile(t *testing.T) {
 		if !slices.Contains(exposed, strconv.Itoa(p)) && !slices.Contains(exposed, strconv.Itoa(p)+"/tcp") {
 			t.Errorf("EXPOSE %v lacks %d", exposed, p)
 		}
+	}
+
+	// make image builds the same image without Docker (deploy/image): one
+	// user, entrypoint, command and set of ports, whichever built it.
+	var image struct {
+		Config struct {
+			User         string              `json:"User"`
+			Entrypoint   []string            `json:"Entrypoint"`
+			Cmd          []string            `json:"Cmd"`
+			ExposedPorts map[string]struct{} `json:"ExposedPorts"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(readFile(t, "deploy", "image", "testdata", "config.golden.json"), &image); err != nil {
+		t.Fatal(err)
+	}
+	ic := image.Config
+	if got := strings.Join(user, ":"); got != ic.User {
+		t.Errorf("USER %s, but make image's user is %s", got, ic.User)
+	}
+	if !slices.Equal(entrypoint, ic.Entrypoint) || !slices.Equal(cmd, ic.Cmd) {
+		t.Errorf("ENTRYPOINT %q CMD %q, but make image's are %q %q", entrypoint, cmd, ic.Entrypoint, ic.Cmd)
+	}
+	var dockerPorts []string
+	for _, p := range exposed {
+		if !strings.Contains(p, "/") {
+			p += "/tcp"
+		}
+		dockerPorts = append(dockerPorts, p)
+	}
+	if got, want := slices.Sorted(slices.Values(dockerPorts)), slices.Sorted(maps.Keys(ic.ExposedPorts)); !slices.Equal(got, want) {
+		t.Errorf("EXPOSE %v, but make image exposes %v", got, want)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/capsnap/capsnap/bench/gobench"
 	"github.com/capsnap/capsnap/bench/report"
+	storekeys "github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/examples/billing"
 )
 
@@ -121,7 +122,7 @@ func (h *harness) replicaInvalidation(ctx context.Context) error {
 			return err
 		}
 	}
-	seq := func() (uint64, error) { return storeSeq(ctx, rc, prefix+"seq") }
+	seq := func() (uint64, error) { return storeSeq(ctx, rc, storekeys.Layout{Prefix: prefix}.Seq()) }
 	return h.trials(&h.results.Store.Invalidation, func(int) (report.Trial, error) {
 		return replicaTrial(ctx, clients[0], clients[1], billingURL, seq)
 	})
@@ -205,8 +206,8 @@ func storeSeq(ctx context.Context, c rueidis.Client, key string) (uint64, error)
 		return 0, fmt.Errorf("redis GET %s: %w", key, err)
 	}
 	parts := strings.Split(raw, ".")
-	if len(parts) != 3 {
-		return 0, fmt.Errorf("redis %s = %q: not <incarnation>.<n>.<mac> (has cache/redis's record changed?)", key, raw)
+	if len(parts) != 4 {
+		return 0, fmt.Errorf("redis %s = %q: not <incarnation>.<n>.<nonce>.<mac> (has cache/redis's record changed?)", key, raw)
 	}
 	return strconv.ParseUint(parts[1], 10, 64)
 }

@@ -66,9 +66,11 @@ from typing import Any
 import anyio
 import httpx2
 
+import mcp_types
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import URL_ELICITATION_REQUIRED
 
 
 def now_ms() -> float:
@@ -86,6 +88,14 @@ def describe_err(e: BaseException) -> dict[str, Any]:
         d.update(code=e.error.code, message=e.error.message)
         if e.error.data is not None:
             d["data"] = e.error.data
+        # The client raises a -32042 as a plain MCPError; an agent reads it
+        # with UrlElicitationRequiredError.from_error, which validates it.
+        if e.error.code == URL_ELICITATION_REQUIRED:
+            try:
+                u = UrlElicitationRequiredError.from_error(e.error)
+                d["url_elicitations"] = [x.model_dump(by_alias=True, exclude_none=True) for x in u.elicitations]
+            except Exception as err:  # noqa: BLE001 - reported, the test fails on it
+                d["url_elicitations_error"] = f"{type(err).__name__}: {err}"[:500]
     if isinstance(e, BaseExceptionGroup):
         d["sub"] = [describe_err(x) for x in e.exceptions]
     return d
@@ -125,6 +135,10 @@ class Runner:
         if isinstance(msg, Exception):
             self.onerror.append(f"message_handler: {type(msg).__name__}: {msg}"[:500])
 
+    async def elicit(self, context: Any, params: Any) -> Any:
+        """Declines: the tests answer elicitations by their URL, out of band."""
+        return mcp_types.ElicitResult(action="decline")
+
     async def connect(self, step: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {
             "sdk": {"name": "mcp", "version": version("mcp"), "mcp-types": version("mcp-types")},
@@ -143,14 +157,20 @@ class Runner:
         # No deadline of its own here: a cancel scope must not end while the
         # task groups entered in it live on. read_timeout_seconds bounds each
         # request, and the test bounds the process.
+        # step elicitation_url: declare elicitation (form and URL modes, as
+        # this SDK declares it with a callback); the callback is never asked
+        # here, a denial's URL elicitation comes as an error.
+        extra: dict[str, Any] = {}
+        if step.get("elicitation_url"):
+            extra["elicitation_callback"] = self.elicit
         try:
             if api == "client":
-                client = Client(transport, message_handler=self.message_handler, read_timeout_seconds=timeout_s)
+                client = Client(transport, message_handler=self.message_handler, read_timeout_seconds=timeout_s, **extra)
                 self.session = await self.stack.enter_async_context(client)
                 out["protocol_version"] = client.protocol_version
             else:
                 read, write = await self.stack.enter_async_context(transport)
-                session = ClientSession(read, write, message_handler=self.message_handler, read_timeout_seconds=timeout_s)
+                session = ClientSession(read, write, message_handler=self.message_handler, read_timeout_seconds=timeout_s, **extra)
                 await self.stack.enter_async_context(session)
                 res = await session.initialize()
                 self.session = session

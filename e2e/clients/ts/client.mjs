@@ -95,7 +95,10 @@ async function connect(step) {
     requestInit: { headers: step.headers ?? {} },
     fetch: recordingFetch,
   });
-  client = new Client({ name: 'capsnap-e2e-ts', version: '1' });
+  // step.elicitation_url: declare URL-mode elicitation; a denial's URL
+  // elicitation comes as an error, answered out of band by the test.
+  const options = step.elicitation_url ? { capabilities: { elicitation: { url: {} } } } : {};
+  client = new Client({ name: 'capsnap-e2e-ts', version: '1' }, options);
   client.onerror = e => onerrors.push(`client: ${e?.message ?? e}`);
   await client.connect(transport, { timeout: step.timeout_ms ?? 20000 });
   // connect installs its own transport.onerror, which calls client.onerror;

@@ -1,0 +1,159 @@
+package approval_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/capsnap/capsnap/approval"
+)
+
+// ChromiumEnv names the Chromium binary the browser tests drive. `make
+// unit` sets it; plain `go test` leaves it unset, and they are skipped.
+const ChromiumEnv = "CAPSNAP_CHROMIUM"
+
+// ArtifactsEnv names the directory the browser tests leave their
+// screenshots in; a test's temporary directory if unset.
+const ArtifactsEnv = "CAPSNAP_ARTIFACTS"
+
+// chromium returns the Chromium binary, skipping t when $CAPSNAP_CHROMIUM
+// is unset and failing it when it names nothing that runs: under `make
+// unit` a missing Chromium is a failure, never a skip.
+func chromium(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv(ChromiumEnv)
+	if bin == "" {
+		t.Skipf("$%s is unset: this test needs a real Chromium (make unit installs and sets it)", ChromiumEnv)
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Fatalf("$%s=%s: %v", ChromiumEnv, bin, err)
+	}
+	return bin
+}
+
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(ArtifactsEnv)
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, "approval")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A person approves and denies on the page in a real headless Chromium,
+// signed in with the token from the link: the arguments, markup and all,
+// are shown as text; Approve approves and Deny denies, in the store; and
+// a form whose CSRF token is gone decides nothing.
+func TestInBrowser(t *testing.T) {
+	bin := chromium(t)
+	shots := artifacts(t)
+	p := newIDP(t, "k1")
+	e := newEnv(t, p.authenticator(t))
+	token := p.sign(t, "oncall@acme.example", nil)
+
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1000, 1100))...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(id string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		if err != nil {
+			t.Fatalf("the text of #%s: %v", id, err)
+		}
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(shots, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", path)
+	}
+
+	// Approve, from the link a denial would carry, with the token added.
+	r := e.open(t, "sha256:approve")
+	do("open the approval link",
+		chromedp.Navigate(e.svc.URL(r.ID)+"?token="+url.QueryEscape(token)),
+		chromedp.WaitVisible(chromedp.ID("approve")),
+	)
+	shot("approval-pending.png")
+	if args := text("arguments"); !strings.Contains(args, `"note": "<script>alert(1)</script>"`) || !strings.Contains(args, `"amount": 240`) {
+		t.Errorf("the arguments read %q", args)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("script").length`)); err != nil || n != 0 {
+		t.Errorf("the page holds %d script elements (%v): an argument ran as markup", n, err)
+	}
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || loc != e.svc.URL(r.ID) {
+		t.Errorf("the page's URL is %s (%v): the token stayed in it", loc, err)
+	}
+	do("approve",
+		chromedp.SendKeys(chromedp.ID("reason"), "order A-100 checked"),
+		chromedp.Click(chromedp.ID("approve")),
+		chromedp.WaitVisible(chromedp.ID("outcome")),
+	)
+	shot("approval-approved.png")
+	if state, outcome := text("state"), text("outcome"); state != "approved" || !strings.Contains(outcome, "Approved by oncall@acme.example") {
+		t.Errorf("after Approve the page says %q, %q", state, outcome)
+	}
+	if got, err := e.store.Get(r.ID, e.clock.Now()); err != nil || got.State != approval.Approved ||
+		got.DecidedBy != "oncall@acme.example" || got.Reason != "order A-100 checked" {
+		t.Fatalf("the store holds %+v, %v; want approved by oncall@acme.example", got, err)
+	}
+
+	// Deny, signed in by the cookie.
+	d := e.open(t, "sha256:deny")
+	do("deny",
+		chromedp.Navigate(e.svc.URL(d.ID)),
+		chromedp.WaitVisible(chromedp.ID("deny")),
+		chromedp.SendKeys(chromedp.ID("reason"), "not this order"),
+		chromedp.Click(chromedp.ID("deny")),
+		chromedp.WaitVisible(chromedp.ID("outcome")),
+	)
+	shot("approval-denied.png")
+	if got, err := e.store.Get(d.ID, e.clock.Now()); err != nil || got.State != approval.Denied || got.Reason != "not this order" || text("state") != "denied" {
+		t.Fatalf("after Deny the store holds %s (%q), %v", got.State, got.Reason, err)
+	}
+
+	// Approve with the form's CSRF token taken out.
+	c := e.open(t, "sha256:csrf")
+	do("approve without the CSRF token",
+		chromedp.Navigate(e.svc.URL(c.ID)),
+		chromedp.WaitVisible(chromedp.ID("approve")),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("input[name=csrf]").remove()`),
+		chromedp.Click(chromedp.ID("approve")),
+		chromedp.WaitVisible(chromedp.ID("code")),
+	)
+	shot("approval-csrf-refused.png")
+	if code := text("code"); code != "csrf" {
+		t.Errorf("the refusal's code is %q, want csrf", code)
+	}
+	if got, err := e.store.Get(c.ID, e.clock.Now()); err != nil || got.State != approval.Pending {
+		t.Fatalf("after a form without its CSRF token the store holds %s, %v; want pending", got.State, err)
+	}
+}

@@ -1,0 +1,213 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store keeps the requests: NewMemory for one replica, the Redis
+	// store (cache/redis.NewApprovals) for several.
+	Store Store
+	// BaseURL is where approvers reach the approval listener
+	// ("https://approvals.acme.example"); a request's page is
+	// BaseURL/approvals/<id>.
+	BaseURL string
+	// PendingTTL is how long a request waits for a person before it
+	// lapses; 15 minutes if zero.
+	PendingTTL time.Duration
+	// Audit, if set, is called with every request opened, decision,
+	// consumption and expiry, before the operation returns: capsnap
+	// writes each to its signed audit trail.
+	Audit func(Event)
+	// Webhook, if its URL is set, is told of every request opened.
+	Webhook WebhookConfig
+	// Registerer, if set, gets the metrics.
+	Registerer prometheus.Registerer
+	// Log gets the webhook's failures and the sweeps'.
+	Log zerolog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// EventKind names what happened to a request, as the audit trail says it.
+type EventKind string
+
+const (
+	EventRequested EventKind = "approval_requested"
+	EventApproved  EventKind = "approval_approved"
+	EventDenied    EventKind = "approval_denied"
+	EventConsumed  EventKind = "approval_consumed"
+	EventExpired   EventKind = "approval_expired"
+)
+
+// Event is one change to a request, for the audit trail. Request is the
+// request after it; its arguments are for the approver's eyes, and the
+// trail records the Binding's ArgsDigest instead, as it does for calls.
+type Event struct {
+	Kind    EventKind
+	Request Request
+	// Approver is who decided, with the groups their token carried, for
+	// Granted and Refused.
+	Approver Approver
+}
+
+// Service is the approvals of one capsnap: the decision core opens
+// requests and consumes approvals through it, the approval page and API
+// decide them, and it audits, counts and announces each.
+type Service struct {
+	c       Config
+	base    string
+	metrics *metrics
+	hook    *webhook
+}
+
+// DefaultPendingTTL is how long a request waits for a person unless
+// Config.PendingTTL says otherwise.
+const DefaultPendingTTL = 15 * time.Minute
+
+// New returns a Service. Close stops its webhook.
+func New(c Config) (*Service, error) {
+	if c.Store == nil {
+		return nil, errors.New("approval: a store is required")
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("approval: the base URL must be an absolute http or https URL, without query or fragment")
+	}
+	if c.PendingTTL <= 0 {
+		c.PendingTTL = DefaultPendingTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	s := &Service{c: c, base: strings.TrimSuffix(c.BaseURL, "/"), metrics: newMetrics(c.Registerer)}
+	if s.hook, err = newWebhook(c.Webhook, c.Log, s.metrics); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the webhook; announcements still queued are dropped.
+func (s *Service) Close() { s.hook.close() }
+
+// URL is request id's page.
+func (s *Service) URL(id string) string { return s.base + "/approvals/" + id }
+
+// secure reports whether approvers reach the page over HTTPS.
+func (s *Service) secure() bool { return strings.HasPrefix(s.base, "https://") }
+
+func (s *Service) audit(e Event) {
+	if s.c.Audit != nil {
+		s.c.Audit(e)
+	}
+}
+
+// Open asks for a person's approval of the call req describes: its
+// Binding, Arguments, EffectClass, Rule, Approvers, SelfApprove and
+// ApprovalTTL, from the policy's rule. It returns the request the call
+// waits on: the binding's live one if there is one (an agent's retry opens
+// no second request), or else a new one, pending for PendingTTL, which is
+// audited, counted and announced to the webhook. The caller's denial names
+// its ID, URL(ID) and Expires.
+func (s *Service) Open(req Request) (Request, error) {
+	now := s.c.Now()
+	req.ID, req.Created, req.Expires, req.State = NewID(), now, now.Add(s.c.PendingTTL), Pending
+	req.DecidedBy, req.DecidedAt, req.Reason = "", time.Time{}, ""
+	r, opened, err := s.c.Store.Open(req, now)
+	if err != nil {
+		return Request{}, err
+	}
+	if opened {
+		s.metrics.event(EventRequested).Inc()
+		s.audit(Event{Kind: EventRequested, Request: r})
+		s.hook.announce(r, s.URL(r.ID))
+	}
+	return r, nil
+}
+
+// Consume uses up the approval of exactly the call b binds, if a person
+// granted one that has not expired: ok is true once, and the call may run.
+// With ok false the call still needs approval (Open); with an error the
+// store cannot answer, and the call must be denied.
+func (s *Service) Consume(b Binding) (r Request, ok bool, err error) {
+	r, ok, err = s.c.Store.Consume(b, s.c.Now())
+	if err != nil || !ok {
+		return Request{}, false, err
+	}
+	s.metrics.event(EventConsumed).Inc()
+	s.audit(Event{Kind: EventConsumed, Request: r})
+	return r, true, nil
+}
+
+// Get returns request id as it stands now.
+func (s *Service) Get(id string) (Request, error) {
+	if !ValidID(id) {
+		return Request{}, ErrNotFound
+	}
+	return s.c.Store.Get(id, s.c.Now())
+}
+
+// List returns the requests f selects, newest first.
+func (s *Service) List(f Filter) ([]Request, error) { return s.c.Store.List(f, s.c.Now()) }
+
+// Decide records by's decision on request id, audited before it returns.
+func (s *Service) Decide(id string, by Approver, approve bool, reason string) (Request, error) {
+	if !ValidID(id) {
+		return Request{}, ErrNotFound
+	}
+	r, err := s.c.Store.Decide(id, by, approve, reason, s.c.Now())
+	if err != nil {
+		return Request{}, err
+	}
+	kind := EventDenied
+	if approve {
+		kind = EventApproved
+	}
+	s.metrics.event(kind).Inc()
+	s.audit(Event{Kind: kind, Request: r, Approver: by})
+	return r, nil
+}
+
+// Sweep marks the requests that lapsed expired, auditing and counting
+// each (once, whichever replica sweeps it), and sets the pending gauge.
+func (s *Service) Sweep() error {
+	now := s.c.Now()
+	lapsed, err := s.c.Store.Expire(now)
+	if err != nil {
+		return err
+	}
+	for _, r := range lapsed {
+		s.metrics.event(EventExpired).Inc()
+		s.audit(Event{Kind: EventExpired, Request: r})
+	}
+	pending, err := s.c.Store.List(Filter{State: Pending}, now)
+	if err != nil {
+		return err
+	}
+	s.metrics.pending.Set(float64(len(pending)))
+	return nil
+}
+
+// Run sweeps every interval until ctx ends.
+func (s *Service) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := s.Sweep(); err != nil {
+			s.c.Log.Warn().Err(err).Msg("approval sweep failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package decide
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/approval"
+	"github.com/capsnap/capsnap/deny"
+)
+
+// approvalFixture is the pack's billing catalog under testdata/approval's
+// policy, with an approval service on a memory store.
+func approvalFixture(t *testing.T) (*fixture, *approval.Service) {
+	t.Helper()
+	var svc *approval.Service
+	f := newFixture(t, func(o *Options) {
+		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
+		var err error
+		svc, err = approval.New(approval.Config{Store: approval.NewMemory(time.Hour), BaseURL: "https://approve.example", Now: o.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		o.Approvals = svc
+	})
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	return f, svc
+}
+
+// The identical call runs once after a person approves it; again, or with
+// other arguments, it needs another approval; under the condition it needs
+// none.
+func TestApprovalBindsTheExactCall(t *testing.T) {
+	f, svc := approvalFixture(t)
+	if o := f.call(t, refundOf(40)); o.reason != "" {
+		t.Fatalf("a refund under the condition: %q", o.reason)
+	}
+	o := f.call(t, refundOf(150))
+	if o.reason != deny.ApprovalRequired || o.data.Approval == nil || o.data.ReturnTo != "approval" {
+		t.Fatalf("a refund of 150 unapproved: %+v", o)
+	}
+	a := o.data.Approval
+	if a.URL != "https://approve.example/approvals/"+a.ID || a.ExpiresAt.IsZero() {
+		t.Fatalf("data.approval %+v", a)
+	}
+	// Asked again before anyone decides, the same request.
+	if again := f.call(t, refundOf(150)); again.data.Approval == nil || again.data.Approval.ID != a.ID {
+		t.Fatalf("a retry opened another request: %+v", again.data.Approval)
+	}
+	if _, err := svc.Decide(a.ID, approval.Approver{ID: "mallory@acme.example"}, true, ""); err == nil {
+		t.Fatal("an approver outside the rule approved")
+	}
+	if _, err := svc.Decide(a.ID, approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}, true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if o := f.call(t, refundOf(151)); o.reason != deny.ApprovalRequired || o.data.Approval.ID == a.ID {
+		t.Fatalf("other arguments: %q %+v", o.reason, o.data.Approval)
+	}
+	if o := f.call(t, refundOf(150)); o.reason != "" {
+		t.Fatalf("the approved call: %q %s", o.reason, o.data.Detail)
+	}
+	if o := f.call(t, refundOf(150)); o.reason != deny.ApprovalRequired || o.data.Approval.ID == a.ID {
+		t.Fatalf("the approved call a second time: %q %+v", o.reason, o.data.Approval)
+	}
+}
+
+// A client that declared URL-mode elicitation gets MCP's
+// URLElicitationRequiredError: in 2026-07-28 on the call itself, in
+// 2025-11-25 at the initialize whose answer named its session.
+func TestApprovalAsURLElicitation(t *testing.T) {
+	f, _ := approvalFixture(t)
+	elicitation := func(t *testing.T, c checkCase) (code int, url string) {
+		t.Helper()
+		resp, err := f.Check(context.Background(), c.request())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct {
+				Code int `json:"code"`
+				Data struct {
+					Elicitations []struct{ Mode, ElicitationID, URL string } `json:"elicitations"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(resp.GetDeniedResponse().GetBody()), &body); err != nil {
+			t.Fatalf("%v: %v", resp, err)
+		}
+		if len(body.Error.Data.Elicitations) == 1 {
+			url = body.Error.Data.Elicitations[0].URL
+		}
+		return body.Error.Code, url
+	}
+	const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}`
+	call2026 := checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "refund"},
+		Body: `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":150,"reason_code":"damaged"},` + meta2026 + `}}`}
+	f.list(t, support, "billing", map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
+	if code, url := elicitation(t, call2026); code != CodeURLElicitationRequired || url == "" {
+		t.Fatalf("2026-07-28 with url elicitation: code %d, url %q", code, url)
+	}
+
+	// 2025-11-25: the session is named by the initialize's answer.
+	init := checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2025-11-25"},
+		Body: `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{},"url":{}}},"clientInfo":{"name":"a","version":"1"}}}`}
+	resp, err := f.Check(context.Background(), init.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := onTheWire(t, resp).GetDynamicMetadata().GetFields(); md["elicitation"].GetStringValue() != "url" {
+		t.Fatalf("initialize's metadata %v, want elicitation url", md)
+	}
+	session := map[string]string{"mcp-protocol-version": "2025-11-25", "mcp-session-id": "S-1"}
+	f.list(t, support, "billing", session)
+	call1125 := refundOf(150)
+	call1125.Headers = session
+	if code, url := elicitation(t, call1125); code != CodeDenied || url != "" {
+		t.Fatalf("before the session was named: code %d, url %q: want capsnap's own error", code, url)
+	}
+	f.Elicits("S-1")
+	if code, url := elicitation(t, call1125); code != CodeURLElicitationRequired || url == "" {
+		t.Fatalf("a session that declared url elicitation: code %d, url %q", code, url)
+	}
+}
+
+// downStore is an approvals store that cannot answer.
+type downStore struct{ *approval.Memory }
+
+func (downStore) Consume(approval.Binding, time.Time) (approval.Request, bool, error) {
+	return approval.Request{}, false, errors.New("approvals store down")
+}
+
+// With the approvals store down, a call held for approval is denied
+// store_unavailable, never allowed; a call the rule does not hold is
+// unaffected.
+func TestApprovalStoreDown(t *testing.T) {
+	f := newFixture(t, func(o *Options) {
+		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
+		svc, err := approval.New(approval.Config{Store: downStore{approval.NewMemory(time.Hour)}, BaseURL: "https://approve.example", Now: o.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		o.Approvals = svc
+	})
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	if o := f.call(t, refundOf(150)); o.reason != deny.StoreUnavailable {
+		t.Errorf("a held call with the approvals store down: %q", o.reason)
+	}
+	if o := f.call(t, refundOf(40)); o.reason != "" {
+		t.Errorf("a call not held: %q", o.reason)
+	}
+}

@@ -1,0 +1,125 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/approval"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// approvalPolicy holds a refund over USD 100 for billing's on-call; every
+// agent under spiffe://acme/agent/ may refund.
+const approvalPolicy = `tools:
+  - server: billing
+    tool: refund
+    effect: money_move
+    approval:
+      when: "args.amount > 100"
+      approvers: ["group:billing-oncall"]
+      ttl: 10m
+  - {server: billing, tool: lookup_order, effect: read}
+principals:
+  - id_prefix: spiffe://acme/agent/
+    grants:
+      - {server: billing, tools: [lookup_order, refund]}
+`
+
+// approve approves request id as the stack's on-call approver, through the
+// approval API, and fails unless it was approved.
+func approve(t *testing.T, s *testbed.Stack, token, id string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &approval.Client{URL: s.ApprovalsURL(), Token: token}
+	_, err := c.Decide(ctx, id, true, "checked the order")
+	return err
+}
+
+// Every SDK's planner gets approval_required with where to approve; once
+// the on-call approves, the identical refund runs once; again, or with
+// another amount, it needs another approval. An approver outside the rule
+// cannot approve.
+func TestSDKApproval(t *testing.T) {
+	kinds := sdkKinds(t)
+	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			a := sdkMustConnect(t, kind, s.MCPURL(), "spiffe://acme/agent/approval-"+kind.name)
+			a.list(t)
+			a.mustAllow(t, "refund", refundOf(40, "damaged"))
+			before := starts(t, s, "billing", "refund")
+			d := a.mustDeny(t, "refund", refundOf(150, "damaged"), "approval_required")
+			if d.ReturnTo != "approval" || d.Approval == nil || d.Approval.URL != s.ApprovalsURL()+"/approvals/"+d.Approval.ID {
+				t.Fatalf("[%s] denial %+v", kind.name, d)
+			}
+			if err := approve(t, s, testbed.OutsiderToken, d.Approval.ID); err == nil {
+				t.Fatalf("[%s] an approver outside the rule approved", kind.name)
+			}
+			if err := approve(t, s, testbed.ApproverToken, d.Approval.ID); err != nil {
+				t.Fatalf("[%s] approve: %v", kind.name, err)
+			}
+			a.mustDeny(t, "refund", refundOf(151, "damaged"), "approval_required")
+			a.mustAllow(t, "refund", refundOf(150, "damaged"))
+			if got := starts(t, s, "billing", "refund") - before; got != 1 {
+				t.Fatalf("[%s] refund's handler ran %d times, want once", kind.name, got)
+			}
+			a.mustDeny(t, "refund", refundOf(150, "damaged"), "approval_required")
+		})
+	}
+}
+
+// A client that declared URL-mode elicitation gets MCP's
+// URLElicitationRequiredError, with the approval page as the elicitation's
+// URL: TypeScript's client throws its UrlElicitationRequiredError; Python's
+// raises an MCPError with code -32042, which its
+// UrlElicitationRequiredError.from_error reads. Approved there, the retry
+// runs.
+func TestSDKApprovalAsURLElicitation(t *testing.T) {
+	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
+	want := map[string]string{"typescript": "UrlElicitationRequiredError", "python": "mcp.shared.exceptions.MCPError", "python-client": "mcp.shared.exceptions.MCPError"}
+	for _, kind := range sdkKinds(t) {
+		class, ok := want[kind.name]
+		if !ok {
+			continue
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			a, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true}, "spiffe://acme/agent/elicit-"+kind.name)
+			if !st.OK {
+				t.Fatalf("[%s] connect: %s", kind.name, st.summary())
+			}
+			a.list(t)
+			st = a.call(t, "refund", refundOf(150, "damaged"))
+			e := st.Error.mcpErr()
+			if st.OK || e == nil || e.Class != class || e.Code == nil || *e.Code != -32042 {
+				t.Fatalf("[%s] refund: %s, want %s with code -32042", kind.name, st.summary(), class)
+			}
+			var data struct {
+				Elicitations []struct {
+					Mode          string `json:"mode"`
+					ElicitationID string `json:"elicitationId"`
+					URL           string `json:"url"`
+				} `json:"elicitations"`
+			}
+			if err := json.Unmarshal(e.Data, &data); err != nil || len(data.Elicitations) != 1 {
+				t.Fatalf("[%s] data %s: %v", kind.name, e.Data, err)
+			}
+			if strings.HasPrefix(kind.name, "python") && (e.URLElicitationsError != "" || !strings.Contains(string(e.URLElicitations), data.Elicitations[0].URL)) {
+				t.Fatalf("[%s] UrlElicitationRequiredError.from_error: %s %s", kind.name, e.URLElicitations, e.URLElicitationsError)
+			}
+			el := data.Elicitations[0]
+			if el.Mode != "url" || !strings.HasPrefix(el.URL, s.ApprovalsURL()+"/approvals/") || !strings.HasSuffix(el.URL, el.ElicitationID) {
+				t.Fatalf("[%s] elicitation %+v", kind.name, el)
+			}
+			if err := approve(t, s, testbed.ApproverToken, el.ElicitationID); err != nil {
+				t.Fatalf("[%s] approve: %v", kind.name, err)
+			}
+			a.mustAllow(t, "refund", refundOf(150, "damaged"))
+		})
+	}
+}

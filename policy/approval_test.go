@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/capsnap/capsnap/deny"
+)
+
+// fakeApprovals answers Consume with ok (or err) and records what it was
+// asked.
+type fakeApprovals struct {
+	ok       bool
+	err      error
+	consumed []Approval
+	asked    []Approval
+}
+
+func (f *fakeApprovals) Consume(a Approval) (bool, error) {
+	f.consumed = append(f.consumed, a)
+	return f.ok, f.err
+}
+
+func (f *fakeApprovals) Ask(a Approval) (*deny.ApprovalInfo, error) {
+	f.asked = append(f.asked, a)
+	return &deny.ApprovalInfo{ID: "ap1", URL: "https://approve.example/approvals/ap1", ExpiresAt: time.Unix(1_800_000_000, 0)}, f.err
+}
+
+func TestApprovalRule(t *testing.T) {
+	p := mustParse(t, mustRead(t, "testdata/approval.yaml"))
+	d, err := p.Decide("spiffe://acme/agent/support-refund", "billing", "refund")
+	if err != nil || d.Approval == nil || d.Terms[len(d.Terms)-1] != Term(d.Approval) {
+		t.Fatalf("decision %+v, %v: want the approval rule last among its terms", d, err)
+	}
+	call := func(amount float64, store Approvals) Call {
+		args := json.RawMessage(`{"amount":` + json.Number(jsonNum(amount)).String() + `}`)
+		return Call{Input: Input{Args: map[string]any{"amount": amount}, Principal: "agent", Server: "billing", Tool: "refund"},
+			Arguments: args, SchemaDigest: "sha256:s", PolicyDigest: d.Digest, Effect: d.Effect, Approvals: store}
+	}
+	for _, tt := range []struct {
+		name    string
+		amount  float64
+		store   *fakeApprovals
+		want    deny.Reason
+		err     bool
+		consume int
+		ask     int
+	}{
+		{"under the condition", 50, &fakeApprovals{}, "", false, 0, 0},
+		{"approved", 150, &fakeApprovals{ok: true}, "", false, 1, 0},
+		{"not approved", 150, &fakeApprovals{}, deny.ApprovalRequired, false, 1, 1},
+		{"the store down", 150, &fakeApprovals{err: errors.New("down")}, "", true, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := d.Approval.Check(call(tt.amount, tt.store))
+			de, isDenial := deny.As(err)
+			switch {
+			case tt.want != "" && (!isDenial || de.Reason != tt.want || de.Approval == nil || de.Approval.URL == ""):
+				t.Fatalf("Check = %v, want %s with where to approve", err, tt.want)
+			case tt.want == "" && tt.err != (err != nil && !isDenial):
+				t.Fatalf("Check = %v, want a store error: %v", err, tt.err)
+			}
+			if len(tt.store.consumed) != tt.consume || len(tt.store.asked) != tt.ask {
+				t.Fatalf("consumed %d, asked %d; want %d, %d", len(tt.store.consumed), len(tt.store.asked), tt.consume, tt.ask)
+			}
+			for _, a := range tt.store.consumed {
+				if a.Principal != "agent" || a.SchemaDigest != "sha256:s" || a.PolicyDigest != d.Digest || a.TTL != 10*time.Minute || len(a.Approvers) != 2 || string(a.Arguments) == "" {
+					t.Errorf("asked for %+v", a)
+				}
+			}
+		})
+	}
+	if err := d.Approval.Check(call(150, nil)); err == nil {
+		t.Error("a call held for approval with no approvals store was not refused")
+	}
+}
+
+func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
