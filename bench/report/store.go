@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/capsnap/capsnap/bench/gobench"
@@ -11,16 +12,6 @@ import (
 
 // The shared snapshot store on Redis (issue 15): figures without a target,
 // shown under the targets and detailed in a section of their own.
-
-// storeCases describe BenchmarkCheckStore's cases: the store, and the
-// snapshot the Check is decided under.
-var storeCases = map[string]struct{ store, snapshot string }{
-	"memory":              {"memory", "held: minted by this process"},
-	"redis":               {"Redis", "held: minted by this replica, or read before"},
-	"memory_apart":        {"memory", "held, the timer stopped and started before each Check, as below"},
-	"memory_fresh":        {"memory", "new for each Check, minted by this process"},
-	"redis_other_replica": {"Redis", "new for each Check, minted by another replica: first use here"},
-}
 
 // checkStore is BenchmarkCheckStore's result for case c, if it ran.
 func (s Store) checkStore(c string) (gobench.Result, bool) {
@@ -73,47 +64,32 @@ func (v view) LiveAtRedisCount() *gobench.Result {
 // Redis is the run's redis-server.
 func (v view) Redis() string { return orUnknown(v.Machine.Redis, "redis-server") }
 
-// StoreRows are BenchmarkCheckStore's cases, against the memory store
-// with the snapshot held.
-func (v view) StoreRows() [][]string {
-	base, hasBase := v.Store.checkStore("memory")
-	var out [][]string
-	for _, c := range StoreCases {
-		sc := storeCases[c]
-		res, ok := v.Store.checkStore(c)
-		if !ok {
-			out = append(out, []string{sc.store, sc.snapshot, "not run", "", "", "", "`" + c + "`"})
-			continue
-		}
-		vs := "–"
-		if hasBase {
-			vs = fmt.Sprintf("%.1f×", res.Metrics["ns/op"]/base.Metrics["ns/op"])
-		}
-		out = append(out, []string{sc.store, sc.snapshot, nsop(res), vs, metric(res, "B/op"), metric(res, "allocs/op"), "`" + c + "`"})
+// StoreCase is the cells of BenchmarkCheckStore's case c: per Check,
+// against the memory store with the snapshot held, B/op and allocs/op.
+func (v view) StoreCase(c string) string {
+	res, ok := v.Store.checkStore(c)
+	if !ok {
+		return strings.Join([]string{"not run", "", "", ""}, " | ")
 	}
-	return out
+	vs := "–"
+	if base, ok := v.Store.checkStore("memory"); ok {
+		vs = fmt.Sprintf("%.1f×", res.Metrics["ns/op"]/base.Metrics["ns/op"])
+	}
+	return strings.Join([]string{nsop(res), vs, metric(res, "B/op"), metric(res, "allocs/op")}, " | ")
 }
 
-// ReplicaRows are capsnap through Envoy on the memory store, on Redis,
-// and as two replicas on Redis, against the first.
-func (v view) ReplicaRows() [][]string {
-	memMode, hasMem := v.Mode(ModeCapsnap)
-	var out [][]string
-	for _, m := range []struct{ mode, name string }{
-		{ModeCapsnap, "one replica, memory store"}, {ModeRedis, "one replica, Redis"}, {ModeReplicas, "two replicas, one Redis"},
-	} {
-		e, ok := v.Mode(m.mode)
-		if !ok {
-			out = append(out, []string{m.name, "not run", "", "", "", "", ""})
-			continue
-		}
-		vs, added := "–", "–"
-		if hasMem && m.mode != ModeCapsnap && memMode.RPS > 0 {
-			vs, added = fmt.Sprintf("%.2f×", e.RPS/memMode.RPS), signed(e.P50-memMode.P50)
-		}
-		out = append(out, []string{m.name, fmt.Sprintf("%.0f", e.RPS), vs, Dur(e.P50), added, Dur(e.P99), fmt.Sprint(e.Calls)})
+// ReplicaCase is the cells of capsnap through Envoy in mode: its calls/s
+// and p50 against capsnap's on the memory store, its p99 and its calls.
+func (v view) ReplicaCase(mode string) string {
+	e, ok := v.Mode(mode)
+	if !ok {
+		return strings.Join([]string{"not run", "", "", "", "", ""}, " | ")
 	}
-	return out
+	vs, added := "–", "–"
+	if mem, ok := v.Mode(ModeCapsnap); ok && mode != ModeCapsnap && mem.RPS > 0 {
+		vs, added = fmt.Sprintf("%.2f×", e.RPS/mem.RPS), signed(e.P50-mem.P50)
+	}
+	return strings.Join([]string{fmt.Sprintf("%.0f", e.RPS), vs, Dur(e.P50), added, Dur(e.P99), fmt.Sprint(e.Calls)}, " | ")
 }
 
 // WrittenP50 is the median time until the invalidation was in Redis.

@@ -347,3 +347,31 @@ func hasBenchmark(dir string) (bool, error) {
 	}
 	return false, err
 }
+
+// storePattern selects the shared store's Go benchmarks
+// (decide/store_bench_test.go); the hot-path run skips them.
+const storePattern = "^(BenchmarkCheckStore|BenchmarkSnapshotsRedis)$"
+
+// storeBenchmarks runs the shared store's Go benchmarks: the allowed Check
+// on each store, and Redis's memory per snapshot. Each must have run: a
+// Redis case skipped for want of a redis-server fails the step.
+func (h *harness) storeBenchmarks(ctx context.Context) error {
+	res, err := h.goBench("store", storePattern, "", "./decide").Do(ctx)
+	if err != nil {
+		return err
+	}
+	want := []string{fmt.Sprintf(report.BenchSnapshotsRedis, report.RedisSnapshots)}
+	for _, c := range report.StoreCases {
+		want = append(want, fmt.Sprintf(report.BenchCheckStore, c))
+	}
+	for _, name := range want {
+		if _, ok := gobench.Find(res, name); !ok {
+			return fmt.Errorf("%s did not run (skipped? see %s)", name, filepath.Join(h.logs, "go-bench-store.log"))
+		}
+	}
+	h.results.Store.Bench = res
+	for _, r := range res {
+		h.logf("   %-55s %s", r.Name, report.Dur(time.Duration(r.Metrics["ns/op"])))
+	}
+	return nil
+}
