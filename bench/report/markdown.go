@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/bench/gobench"
+	"github.com/capsnap/capsnap/bench/proc"
 )
 
 // benchmarks is BENCHMARKS.md with its figures left to fill in: the prose
@@ -27,18 +28,27 @@ var benchmarks string
 var levers string
 
 var page = template.Must(template.New("BENCHMARKS.md").Funcs(template.FuncMap{
-	"dur": Dur, "signed": signed, "thousands": thousands, "orDash": orDash, "nsop": nsop, "metric": metric,
+	"dur": Dur, "signed": signed, "thousands": thousands, "orDash": orDash, "nsop": nsop, "metric": metric, "ratio": ratio, "mib": mib,
 	"turns": takingTurns, "ints": ints, "rows": rows, "cpuBreakdown": cpuBreakdown, "deliveryTarget": DeliveryTarget,
 	"redisSnapshots": func() int { return RedisSnapshots },
-	"levers":         func() string { return levers },
-	"gib":            func(perSnapshot float64) string { return fmt.Sprintf("%.2f", perSnapshot*1e6/(1<<30)) },
-	"round":          func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"sub":            func(a, b time.Duration) time.Duration { return a - b },
-	"per":            func(d time.Duration, n int) time.Duration { return d / time.Duration(n) },
-	"div":            func(a, b int) int { return a / b },
-	"inc":            func(i int) int { return i + 1 },
-	"trim":           func(s string) string { return strings.TrimRight(s, "\n") },
-	"pkg":            func(path string) string { return strings.TrimPrefix(path, "github.com/capsnap/capsnap/") },
+	"catalogSizes":   func() []int { return CatalogSizes },
+	"snapshotCounts": func() []int { return SnapshotCounts },
+	// find is the result named name, or nil.
+	"find": func(results []gobench.Result, name string) *gobench.Result {
+		if r, ok := gobench.Find(results, name); ok {
+			return &r
+		}
+		return nil
+	},
+	"levers": func() string { return levers },
+	"gib":    func(perSnapshot float64) string { return fmt.Sprintf("%.2f", perSnapshot*1e6/(1<<30)) },
+	"round":  func(d time.Duration) time.Duration { return d.Round(time.Second) },
+	"sub":    func(a, b time.Duration) time.Duration { return a - b },
+	"per":    func(d time.Duration, n int) time.Duration { return d / time.Duration(n) },
+	"div":    func(a, b int) int { return a / b },
+	"inc":    func(i int) int { return i + 1 },
+	"trim":   func(s string) string { return strings.TrimRight(s, "\n") },
+	"pkg":    func(path string) string { return strings.TrimPrefix(path, "github.com/capsnap/capsnap/") },
 	"errors": func(byError map[string]int) int {
 		n := 0
 		for _, v := range byError {
@@ -99,44 +109,10 @@ func (t table) String() string {
 // rows are a table's rows, under a head the template writes.
 func rows(r [][]string) string { return table{rows: r}.String() }
 
-// grpcFigures are the figures ByServer shows of a run, each with the
-// server its ratio column divides capsnap's by ("" for none).
-var grpcFigures = map[string]struct {
-	text    func(GRPCRun) string
-	value   func(GRPCRun) float64
-	against string
-}{
-	"rps": {func(g GRPCRun) string { return fmt.Sprintf("%.0f", g.RPS) }, func(g GRPCRun) float64 { return g.RPS }, Floor},
-	"p50": {func(g GRPCRun) string { return Dur(g.P50) }, func(g GRPCRun) float64 { return float64(g.P50) }, Floor},
-	"p99": {func(g GRPCRun) string { return Dur(g.P99) }, func(g GRPCRun) float64 { return float64(g.P99) }, Floor},
-	"cpu": {func(g GRPCRun) string { return Dur(g.CPUPerCheck) }, func(g GRPCRun) float64 { return float64(g.CPUPerCheck) }, OPA},
-	"memory": {text: func(g GRPCRun) string {
-		return fmt.Sprintf("%s (%s)", mib(g.Memory.RSS), mib(g.Memory.Peak))
-	}},
-}
-
-// ByServer is a row per concurrency of figure for each server, and
-// capsnap's against another's if the figure has a ratio.
-func (v view) ByServer(figure string) ([][]string, error) {
-	f, ok := grpcFigures[figure]
-	if !ok {
-		return nil, fmt.Errorf("no gRPC figure %q", figure)
-	}
-	var out [][]string
-	for _, c := range v.Method.Concurrencies {
-		row := []string{fmt.Sprint(c)}
-		for _, s := range Servers {
-			g, _ := v.Run(s, c)
-			row = append(row, f.text(g))
-		}
-		if f.against != "" {
-			x, _ := v.Run(Capsnap, c)
-			y, _ := v.Run(f.against, c)
-			row = append(row, ratioOf(f.value(x), f.value(y)))
-		}
-		out = append(out, row)
-	}
-	return out, nil
+// RunAt is the gRPC run of server at concurrency c, or a zero one.
+func (v view) RunAt(server string, c int) GRPCRun {
+	g, _ := v.Run(server, c)
+	return g
 }
 
 // cpuBreakdown is a live profile's parts, capsnap's against the floor's,
@@ -255,45 +231,6 @@ func (d Delivery) CPU() *table {
 	return cpuTable([]cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
 }
 
-// CatalogRows are the allowed Check's cost at each catalog size, against
-// the smallest.
-func (v view) CatalogRows() [][]string {
-	base, hasBase := gobench.Find(v.Scale, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
-	var out [][]string
-	for _, n := range CatalogSizes {
-		res, ok := gobench.Find(v.Scale, fmt.Sprintf(BenchCatalogSize, n))
-		if !ok {
-			out = append(out, []string{fmt.Sprint(n), "not run", "", "", ""})
-			continue
-		}
-		vs := "–"
-		if hasBase {
-			vs = fmt.Sprintf("%.2f×", res.Metrics["ns/op"]/base.Metrics["ns/op"])
-		}
-		out = append(out, []string{fmt.Sprint(n), nsop(res), vs, metric(res, "B/op"), metric(res, "allocs/op")})
-	}
-	return out
-}
-
-// SnapshotRows are a Check among each number of live snapshots, and the
-// heap each holds.
-func (v view) SnapshotRows() [][]string {
-	var out [][]string
-	for _, n := range SnapshotCounts {
-		res, ok := gobench.Find(v.Scale, fmt.Sprintf(BenchSnapshots, n))
-		if !ok {
-			out = append(out, []string{fmt.Sprint(n), "not run", "", ""})
-			continue
-		}
-		million := "–"
-		if per, has := res.Metrics["B/snapshot"]; has {
-			million = fmt.Sprintf("%.2f GiB", per*1e6/(1<<30))
-		}
-		out = append(out, []string{fmt.Sprint(n), nsop(res), metric(res, "B/snapshot"), million})
-	}
-	return out
-}
-
 // missed is a missed target, and the target under which its profile is
 // already shown, if another's.
 type missed struct {
@@ -369,7 +306,21 @@ func metric(r gobench.Result, unit string) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// mib is a process's resident memory now (at its peak).
+func mib(m proc.Memory) string {
+	return fmt.Sprintf("%.1f MiB (%.1f MiB)", float64(m.RSS)/(1<<20), float64(m.Peak)/(1<<20))
+}
+
+// ratio is ratioOf a and b, figures (float64) or durations.
+func ratio(a, b any) string {
+	f := func(x any) float64 {
+		if d, ok := x.(time.Duration); ok {
+			return float64(d)
+		}
+		return x.(float64)
+	}
+	return ratioOf(f(a), f(b))
+}
 
 // thousands is n with a comma every three digits.
 func thousands(n int) string {

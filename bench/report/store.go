@@ -42,25 +42,6 @@ func (v view) EnvoyFigures(mode string) (string, error) {
 	return fmt.Sprintf("%.0f calls/s, p50 %s, p99 %s", e.RPS, Dur(e.P50), Dur(e.P99)), nil
 }
 
-// RedisBench is BenchmarkSnapshotsRedis's result, or nil.
-func (v view) RedisBench() *gobench.Result {
-	res, ok := gobench.Find(v.Store.Bench, fmt.Sprintf(BenchSnapshotsRedis, RedisSnapshots))
-	if !ok {
-		return nil
-	}
-	return &res
-}
-
-// LiveAtRedisCount is BenchmarkSnapshotsLive's result at as many
-// snapshots as BenchmarkSnapshotsRedis mints, or nil.
-func (v view) LiveAtRedisCount() *gobench.Result {
-	res, ok := gobench.Find(v.Scale, fmt.Sprintf(BenchSnapshots, RedisSnapshots))
-	if !ok {
-		return nil
-	}
-	return &res
-}
-
 // Redis is the run's redis-server.
 func (v view) Redis() string { return orUnknown(v.Machine.Redis, "redis-server") }
 
