@@ -36,8 +36,10 @@ type inProcess struct {
 	Rows                        [][]string
 	Added, AddedAllocs, Off, On string
 	Grant                       *grantCost
-	Parts                       [][]string
-	Largest, Signature          string
+	// Parts are the shares of the added time: the signature, the rest of
+	// the seal, the arguments' digest, the rest outside the seal.
+	Parts   []string
+	Largest string
 }
 
 // grantCost is what the envelope under a grant adds to the allowed Check
@@ -86,13 +88,7 @@ func (v view) EnvelopeInProcess() *inProcess {
 			return fmt.Sprintf("%s, %.0f%%", Dur(time.Duration(ns)), 100*ns/added)
 		}
 		sg, sl, dg := sign.Metrics["ns/op"], seal.Metrics["ns/op"], digest.Metrics["ns/op"]
-		e.Parts = [][]string{
-			{"the Ed25519 signature of the envelope (`" + BenchSealSign + "`)", share(sg)},
-			{"the rest of the seal: the claims' JSON encoding, the JWS header, base64url (`" + BenchSeal + "` less the signature)", share(sl - sg)},
-			{"the arguments' canonical digest: RFC 8785 form and SHA-256 (`" + BenchSealArgsDigest + "`)", share(dg)},
-			{"the rest, outside the seal: gathering the claims, the answer's extra header, the garbage of the extra allocations", share(added - sl - dg)},
-		}
-		e.Largest, e.Signature = "most", share(sg)
+		e.Parts, e.Largest = []string{share(sg), share(sl - sg), share(dg), share(added - sl - dg)}, "most"
 		if sg < added/2 {
 			e.Largest = "the largest part"
 		}
