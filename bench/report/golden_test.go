@@ -15,15 +15,7 @@ var update = flag.Bool("update", false, "rewrite testdata/BENCHMARKS.md from tes
 // wrote, byte for byte: a change to the harness that changes BENCHMARKS.md
 // shows here first.
 func TestMarkdownGolden(t *testing.T) {
-	b, err := os.ReadFile("testdata/results.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r Results
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Markdown(&r)
+	got, err := Markdown(savedRun(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +35,8 @@ func TestMarkdownGolden(t *testing.T) {
 
 // The saved run's targets are what Evaluate makes of its figures.
 func TestEvaluateGolden(t *testing.T) {
-	b, err := os.ReadFile("testdata/results.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r Results
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	got := Evaluate(&r)
+	r := savedRun(t)
+	got := Evaluate(r)
 	if len(got) != len(r.Targets) {
 		t.Fatalf("%d targets, the run had %d", len(got), len(r.Targets))
 	}
@@ -62,6 +47,20 @@ func TestEvaluateGolden(t *testing.T) {
 			t.Errorf("got %+v\nwant %+v", tg, want)
 		}
 	}
+}
+
+// savedRun is testdata/results.json, a whole make bench run's.
+func savedRun(t *testing.T) *Results {
+	t.Helper()
+	b, err := os.ReadFile("testdata/results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
 }
 
 // firstDiff is the first line where got and want differ.
