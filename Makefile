@@ -149,22 +149,17 @@ lint:
 clean:
 	rm -rf $(BIN)
 
-# The benchmark's peers, at pinned versions, from the Go module proxy, into
-# bin/peers: ghz (the gRPC load tool) and OPA-Envoy (the engine capsnap is
-# measured against). Each is rebuilt only when missing or at another
-# version. The proxy refuses `go install` of opa-envoy-plugin, so it is
-# built from the downloaded module (outside this module, whose go.mod and
-# go.sum stay as they are), with its version stamped in.
+# The benchmark's peer, at a pinned version, from the Go module proxy, into
+# bin/peers: OPA-Envoy (the engine capsnap is measured against), rebuilt
+# only when missing or at another version. The proxy refuses `go install`
+# of opa-envoy-plugin, so it is built from the downloaded module (outside
+# this module, whose go.mod and go.sum stay as they are), with its version
+# stamped in.
 PEERS             := $(abspath $(BIN)/peers)
-GHZ_VERSION       := v0.93.0
 OPA_ENVOY_VERSION := v1.15.2-envoy
 OPA_ENVOY_MODULE  := github.com/open-policy-agent/opa-envoy-plugin
 peers:
 	@mkdir -p $(PEERS)
-	@if ! $(GO) version -m $(PEERS)/ghz 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/bojand/ghz[[:space:]]+$(GHZ_VERSION)[[:space:]]'; then \
-		echo "installing ghz $(GHZ_VERSION)"; \
-		GOBIN=$(PEERS) $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION) || exit 1; \
-	fi
 	@if ! $(PEERS)/opa_envoy version 2>/dev/null | grep -qx 'Version: $(OPA_ENVOY_VERSION:v%=%)'; then \
 		echo "building opa-envoy-plugin $(OPA_ENVOY_VERSION)"; \
 		dir="$$(cd "$${TMPDIR:-/tmp}" && GO111MODULE=on $(GO) mod download -json $(OPA_ENVOY_MODULE)@$(OPA_ENVOY_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')"; \
@@ -176,9 +171,9 @@ peers:
 
 # capsnap against the floor (a do-nothing ext_authz server) and OPA-Envoy
 # over gRPC, through the real Envoy, at scale, on invalidation and on the
-# shared snapshot store (Redis, one replica and two); writes BENCHMARKS.md
-# and docs/benchmarks-latency.svg, and the raw results, logs and any
-# profiles to bench/out/. Loopback only, bounded in time.
+# shared snapshot store (Redis, one replica and two); writes BENCHMARKS.md,
+# and the raw results, logs and any profiles to bench/out/. Loopback only,
+# bounded in time.
 bench: envoy peers redis
 	$(GO) build -o $(BIN)/ ./cmd/capsnap ./examples/billing/cmd/billing ./bench/noop ./testbed/cmd/mcpfixture ./bench/cmd/bench ./bench/cmd/checkload
 	$(REDIS_ENV) ENVOY="$(ENVOY_BIN)" ./$(BIN)/bench -bin $(BIN) -peers $(PEERS)

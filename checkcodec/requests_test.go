@@ -15,7 +15,7 @@ import (
 
 const callBody = `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}}}`
 
-// benchRequest is the allowed refund make bench sends capsnap with ghz
+// benchRequest is the allowed refund make bench sends capsnap with checkload
 // (bench/out/check-request.json): what the decision needs, and little else.
 func benchRequest() *authv3.CheckRequest {
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{

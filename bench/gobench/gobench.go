@@ -1,79 +1,56 @@
 // Package gobench runs Go benchmarks with go test and reads their results
-// in the standard benchmark format (one "BenchmarkName-P N value unit ..."
-// line per result, after "pkg:" configuration lines).
+// with golang.org/x/perf/benchfmt, the reader of benchstat.
 package gobench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/perf/benchfmt"
 )
 
 // Result is one benchmark's line.
 type Result struct {
-	Pkg  string `json:"pkg"`
+	Pkg string `json:"pkg"`
+	// Name is the benchmark's full name without its -GOMAXPROCS suffix.
 	Name string `json:"name"`
-	// Procs is GOMAXPROCS, from the name's "-P" suffix (0 if none).
-	Procs int   `json:"procs"`
-	N     int64 `json:"iterations"`
-	// Metrics are the values by unit: ns/op, B/op, allocs/op and any
-	// custom ones (B/snapshot).
+	N    int    `json:"iterations"`
+	// Metrics are the values by unit as go test printed them: ns/op,
+	// B/op, allocs/op and any custom ones (B/snapshot).
 	Metrics map[string]float64 `json:"metrics"`
 }
 
-// Parse reads every result line in r; other lines are ignored.
+// Parse reads every result in r; lines that are not one are passed over.
 func Parse(r io.Reader) ([]Result, error) {
 	var out []Result
-	pkg := ""
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
-			pkg = strings.TrimSpace(p)
+	br := benchfmt.NewReader(r, "go test")
+	for br.Scan() {
+		res, ok := br.Result().(*benchfmt.Result)
+		if !ok {
 			continue
 		}
-		if res, ok := parseLine(line); ok {
-			res.Pkg = pkg
-			out = append(out, res)
+		name := res.Name.String()
+		if _, parts := res.Name.Parts(); len(parts) > 0 && parts[len(parts)-1][0] == '-' {
+			name = name[:len(name)-len(parts[len(parts)-1])]
 		}
-	}
-	return out, sc.Err()
-}
-
-// parseLine reads "BenchmarkX-2  1000  123 ns/op  4 B/op"; ok is false
-// for anything else (logs, PASS, a benchmark's name printed before its
-// figures when it logs).
-func parseLine(line string) (Result, bool) {
-	f := strings.Fields(line)
-	if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
-		return Result{}, false
-	}
-	n, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return Result{}, false
-	}
-	res := Result{Name: f[0], N: n, Metrics: map[string]float64{}}
-	if i := strings.LastIndexByte(f[0], '-'); i > 0 {
-		if p, err := strconv.Atoi(f[0][i+1:]); err == nil {
-			res.Name, res.Procs = f[0][:i], p
+		metrics := map[string]float64{}
+		for _, v := range res.Values {
+			// benchfmt tidies ns/op into sec/op; the report reads go
+			// test's own units.
+			if v.OrigUnit != "" {
+				v.Value, v.Unit = v.OrigValue, v.OrigUnit
+			}
+			metrics[v.Unit] = v.Value
 		}
+		out = append(out, Result{Pkg: res.GetConfig("pkg"), Name: "Benchmark" + name, N: res.Iters, Metrics: metrics})
 	}
-	for i := 2; i+1 < len(f); i += 2 {
-		v, err := strconv.ParseFloat(f[i], 64)
-		if err != nil {
-			return Result{}, false
-		}
-		res.Metrics[f[i+1]] = v
-	}
-	return res, true
+	return out, br.Err()
 }
 
 // Find is the result named name (without its -P suffix), if any.
@@ -88,8 +65,8 @@ func Find(rs []Result, name string) (Result, bool) {
 
 // Run is one go test invocation that runs benchmarks only.
 type Run struct {
-	// Dir is the module's root; Log receives go test's whole output.
-	Dir, Log string
+	// Log receives go test's whole output.
+	Log string
 	// Bench and Skip are go test's -bench and -skip patterns.
 	Bench, Skip string
 	// Args are further go test flags (-benchtime, -cpuprofile, ...).
@@ -103,7 +80,6 @@ type Run struct {
 func (r Run) Do(ctx context.Context) ([]Result, error) {
 	args := r.args()
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = r.Dir
 	// go test runs the test binary as its child: its own process group,
 	// killed whole on cancel, leaves no benchmark running behind us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

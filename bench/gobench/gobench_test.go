@@ -1,6 +1,7 @@
 package gobench
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("got %d results: %+v", len(rs), rs)
 	}
 	live, ok := Find(rs, "BenchmarkSnapshotsLive/snapshots=1000000")
-	if !ok || live.Procs != 2 || live.N != 200000 || live.Metrics["B/snapshot"] != 1432 || live.Metrics["ns/op"] != 5123 || live.Metrics["allocs/op"] != 25 {
+	if !ok || live.N != 200000 || live.Metrics["B/snapshot"] != 1432 || live.Metrics["ns/op"] != 5123 || live.Metrics["allocs/op"] != 25 {
 		t.Fatalf("snapshots: %+v", live)
 	}
 	if live.Pkg != "github.com/capsnap/capsnap/extauthz" {
@@ -43,6 +44,40 @@ func TestParse(t *testing.T) {
 	}
 	if _, ok := Find(rs, "BenchmarkCheckCatalogSize/tools=10"); ok {
 		t.Fatal("found a benchmark that did not run")
+	}
+}
+
+// A make bench run's own output, custom units and all, in go test's
+// units: benchfmt would read ns/op as sec/op.
+func TestParseStore(t *testing.T) {
+	f, err := os.Open("testdata/store.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rs, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 6 {
+		t.Fatalf("got %d results: %+v", len(rs), rs)
+	}
+	other, _ := Find(rs, "BenchmarkCheckStore/redis_other_replica")
+	redis, _ := Find(rs, "BenchmarkSnapshotsRedis/snapshots=10000")
+	for _, c := range []struct {
+		res  Result
+		unit string
+		want float64
+	}{
+		{other, "ns/op", 215106}, {other, "B/op", 8308}, {other, "allocs/op", 96},
+		{redis, "pins/snapshot", 2}, {redis, "redis-B/snapshot", 1028}, {redis, "record-B", 619}, {redis, "ns/op", 4130},
+	} {
+		if got, ok := c.res.Metrics[c.unit]; !ok || got != c.want {
+			t.Errorf("%s %s = %v, want %v", c.res.Name, c.unit, got, c.want)
+		}
+	}
+	if other.N != 6410 || other.Pkg != "github.com/capsnap/capsnap/extauthz" {
+		t.Errorf("%+v", other)
 	}
 }
 

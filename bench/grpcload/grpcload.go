@@ -7,15 +7,18 @@
 // It replaced ghz as the load of the Check over gRPC (issue 17): ghz
 // decodes each answer into a dynamic message, which costs it several
 // times what the server spent answering, in proportion to the answer's
-// fields rather than to the server's work. make bench still runs ghz once
-// at the highest concurrency as a cross-check (package ghz).
+// fields rather than to the server's work.
 package grpcload
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"sort"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,15 +127,6 @@ func (r Result) Report() Report {
 	return Merge(Report{Count: len(r.Latencies), Total: r.Total, Errors: r.Errors, StatusCode: r.Codes, latencies: r.Latencies})
 }
 
-// ParseResult reads a Result as the load process writes it.
-func ParseResult(b []byte) (Result, error) {
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("load result: %w", err)
-	}
-	return r, nil
-}
-
 // Merge is one report of several runs of the same load: their requests
 // over their time, and percentiles over all their latencies.
 func Merge(reps ...Report) Report {
@@ -175,26 +169,59 @@ func (r Report) ClientPerCheck() time.Duration {
 // failed, was denied or ended with a status other than OK: the benchmark
 // measures allowed Checks only.
 func (r Report) Failed() error {
-	if r.Count == 0 {
-		return fmt.Errorf("no request was made")
-	}
-	var bad []string
-	for msg, n := range r.Errors {
-		bad = append(bad, fmt.Sprintf("%d× error %q", n, msg))
-	}
-	counted := 0
-	for code, n := range r.StatusCode {
-		counted += n
-		if code != "OK" {
-			bad = append(bad, fmt.Sprintf("%d× status %s", n, code))
-		}
-	}
-	if counted != r.Count {
-		bad = append(bad, fmt.Sprintf("%d without a status", r.Count-counted))
-	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		return fmt.Errorf("%d requests, of which failed: %s", r.Count, strings.Join(bad, "; "))
+	switch {
+	case r.Count == 0:
+		return errors.New("no request was made")
+	case len(r.Errors) > 0 || r.StatusCode["OK"] != r.Count:
+		return fmt.Errorf("%d requests, of which failed: %v, by status: %v", r.Count, r.Errors, r.StatusCode)
 	}
 	return nil
+}
+
+// Run is one run of the load process.
+type Run struct {
+	// Bin is the checkload binary; Data the request as protojson.
+	Bin, Data string
+	// Target is the server's host:port.
+	Target string
+	// Concurrency is the number of requests in flight, on one connection.
+	Concurrency int
+	// Total bounds the run by count, Deadline by time: a run still going
+	// at Deadline is killed, an error, never a shorter run.
+	Total    int
+	Deadline time.Duration
+}
+
+// Timeout is each Check's: a Check takes microseconds, a stuck one is an
+// error.
+const Timeout = 5 * time.Second
+
+// Do runs r and returns its report, with the load process's CPU time. A
+// report with any error, denial or non-OK status is returned together
+// with an error.
+func (r Run) Do(ctx context.Context) (Report, error) {
+	args := []string{"-data", r.Data, "-concurrency", strconv.Itoa(r.Concurrency), "-total", strconv.Itoa(r.Total), "-timeout", Timeout.String(), r.Target}
+	ctx, cancel := context.WithTimeout(ctx, r.Deadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.Bin, args...)
+	// Killed, it may leave a child holding its output open: stop waiting.
+	cmd.WaitDelay = time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%d requests not done within %v: %w", r.Total, r.Deadline, ctx.Err())
+		}
+		return Report{}, fmt.Errorf("%s %s: %w: %s", filepath.Base(r.Bin), strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return Report{}, fmt.Errorf("load result: %w", err)
+	}
+	rep := res.Report()
+	rep.ClientCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if rep.Count != r.Total {
+		return rep, fmt.Errorf("checkload made %d of %d requests", rep.Count, r.Total)
+	}
+	return rep, rep.Failed()
 }

@@ -110,8 +110,8 @@ func TestGenerate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			back, err := ParseResult(b)
-			if err != nil {
+			var back Result
+			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatal(err)
 			}
 			rep := back.Report()

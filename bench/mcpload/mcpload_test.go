@@ -1,6 +1,8 @@
 package mcpload
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -57,5 +59,58 @@ func TestSummarize(t *testing.T) {
 	}
 	if z := Summarize(); z.Calls != 0 || z.RPS != 0 {
 		t.Fatalf("empty: %+v", z)
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name    string
+		perCall int // calls each worker may make, 0 for no bound
+		failAt  int // the worker's call that fails, 0 for none
+		d       time.Duration
+		calls   int
+		err     string
+	}{
+		{name: "bounded by count", perCall: 5, d: time.Minute, calls: 15},
+		{name: "bounded by time", d: 30 * ms},
+		{name: "a call fails", perCall: 5, failAt: 3, d: time.Minute, calls: 6, err: "refused"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			made := make([]int, 3)
+			more := func(w int) bool { return c.perCall == 0 || made[w] < c.perCall }
+			s, err := Workers(context.Background(), 3, c.d, more, func(w int) (time.Duration, error) {
+				made[w]++
+				if made[w] == c.failAt {
+					return 0, errors.New("refused")
+				}
+				time.Sleep(ms)
+				return time.Duration(w+1) * ms, nil
+			})
+			if c.err != "" {
+				if err == nil || err.Error() != c.err {
+					t.Fatalf("err %v, want %q", err, c.err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if c.calls != 0 && len(s.Latencies) != c.calls {
+				t.Fatalf("%d latencies, want %d", len(s.Latencies), c.calls)
+			}
+			// Each call's latency is the one it measured.
+			for _, l := range s.Latencies {
+				if l != ms && l != 2*ms && l != 3*ms {
+					t.Fatalf("latency %v", l)
+				}
+			}
+			if c.perCall == 0 && (s.Elapsed < c.d || len(s.Latencies) == 0) {
+				t.Fatalf("elapsed %v with %d calls, want at least %v", s.Elapsed, len(s.Latencies), c.d)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Workers(ctx, 2, time.Minute, func(int) bool { return true }, func(int) (time.Duration, error) { return ms, nil }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled run: %v", err)
 	}
 }

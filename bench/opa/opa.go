@@ -4,6 +4,7 @@
 package opa
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -26,41 +27,15 @@ var (
 // capsnap's (Data).
 const TemplateEpoch = "ep_bench"
 
-// Catalog is data.json's live view: each server's tools and their schema
-// digests.
-func Catalog() (map[string]map[string]string, error) {
-	var d struct {
-		Capsnap struct {
-			Catalog map[string]map[string]string `json:"catalog"`
-		} `json:"capsnap"`
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("opa data.json: %w", err)
-	}
-	return d.Capsnap.Catalog, nil
-}
-
 // Data is data.json with its one snapshot under epoch instead of
 // TemplateEpoch.
 func Data(epoch string) ([]byte, error) {
-	var d map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("opa data.json: %w", err)
+	template, _ := json.Marshal(TemplateEpoch)
+	if n := bytes.Count(data, template); n != 1 {
+		return nil, fmt.Errorf("opa data.json: %d snapshots %s, want one", n, template)
 	}
-	var snaps map[string]json.RawMessage
-	if err := json.Unmarshal(d["capsnap"]["snapshots"], &snaps); err != nil {
-		return nil, fmt.Errorf("opa data.json snapshots: %w", err)
-	}
-	snap, ok := snaps[TemplateEpoch]
-	if !ok || len(snaps) != 1 {
-		return nil, fmt.Errorf("opa data.json: want exactly one snapshot, %q", TemplateEpoch)
-	}
-	renamed, err := json.Marshal(map[string]json.RawMessage{epoch: snap})
-	if err != nil {
-		return nil, err
-	}
-	d["capsnap"]["snapshots"] = renamed
-	return json.MarshalIndent(d, "", "  ")
+	to, err := json.Marshal(epoch)
+	return bytes.Replace(data, template, to, 1), err
 }
 
 // Files writes the policy, the data for epoch and the configuration into

@@ -1,223 +1,152 @@
 package report
 
 import (
+	"bytes"
+	_ "embed"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/capsnap/capsnap/bench/gobench"
-	"github.com/capsnap/capsnap/bench/mcpload"
+	"github.com/capsnap/capsnap/bench/proc"
 )
 
-// Markdown renders BENCHMARKS.md. svgPath is the latency chart's path
-// relative to the repository root.
-func Markdown(r *Results, svgPath string) []byte {
+// benchmarks is BENCHMARKS.md with its figures left to fill in: the prose
+// is there, and this package only computes what it shows.
+//
+//go:embed benchmarks.md.tmpl
+var benchmarks string
+
+// levers is issue 17's levers as they were tried, each measured by the
+// Go benchmark named against the code before it, when it was made:
+// history, kept as the markdown it is shown as.
+//
+//go:embed levers.md
+var levers string
+
+var page = template.Must(template.New("BENCHMARKS.md").Funcs(template.FuncMap{
+	"dur": Dur, "signed": signed, "thousands": thousands, "orDash": orDash, "nsop": nsop, "metric": metric, "ratio": ratio, "mib": mib,
+	"turns": takingTurns, "ints": ints, "rows": rows, "cpuBreakdown": cpuBreakdown, "deliveryTarget": DeliveryTarget,
+	"redisSnapshots": func() int { return RedisSnapshots },
+	"catalogSizes":   func() []int { return CatalogSizes },
+	"snapshotCounts": func() []int { return SnapshotCounts },
+	// find is the result named name, or nil.
+	"find": func(results []gobench.Result, name string) *gobench.Result {
+		if r, ok := gobench.Find(results, name); ok {
+			return &r
+		}
+		return nil
+	},
+	"levers": func() string { return levers },
+	"gib":    func(perSnapshot float64) string { return fmt.Sprintf("%.2f", perSnapshot*1e6/(1<<30)) },
+	"round":  func(d time.Duration) time.Duration { return d.Round(time.Second) },
+	"sub":    func(a, b time.Duration) time.Duration { return a - b },
+	"per":    func(d time.Duration, n int) time.Duration { return d / time.Duration(n) },
+	"div":    func(a, b int) int { return a / b },
+	"inc":    func(i int) int { return i + 1 },
+	"trim":   func(s string) string { return strings.TrimRight(s, "\n") },
+	"pkg":    func(path string) string { return strings.TrimPrefix(path, "github.com/capsnap/capsnap/") },
+	"errors": func(byError map[string]int) int {
+		n := 0
+		for _, v := range byError {
+			n += v
+		}
+		return n
+	},
+	// others are a benchmark's metrics besides time and memory.
+	"others": func(r gobench.Result) string {
+		var other []string
+		for unit, v := range r.Metrics {
+			if unit != "ns/op" && unit != "B/op" && unit != "allocs/op" {
+				other = append(other, fmt.Sprintf("%g %s", v, unit))
+			}
+		}
+		sort.Strings(other)
+		return strings.Join(other, ", ")
+	},
+}).Parse(benchmarks))
+
+// Markdown renders BENCHMARKS.md.
+func Markdown(r *Results) ([]byte, error) {
+	var b bytes.Buffer
+	if err := page.Execute(&b, view{r}); err != nil {
+		return nil, fmt.Errorf("BENCHMARKS.md: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// view is what the template reads: the results, and what it shows of them
+// that takes computing.
+type view struct{ *Results }
+
+// table is a markdown table; one without a head is its rows alone.
+type table struct {
+	head []string
+	rows [][]string
+}
+
+func (t table) String() string {
 	var b strings.Builder
-	sections := []func(*strings.Builder, *Results){
-		header, machine, targets, storeFigures, grpcSection(svgPath), envelopeSection, envoySection, deliverySection, scaleSection, hotPathSection, invalidationSection, storeSection, missedSection, leversSection, methodSection,
-	}
-	for i, s := range sections {
-		if i > 0 {
-			b.WriteString("\n")
+	line := func(cells []string) {
+		for i, c := range cells {
+			cells[i] = strings.ReplaceAll(c, "|", `\|`)
 		}
-		s(&b, r)
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	return []byte(b.String())
+	if t.head != nil {
+		line(t.head)
+		b.WriteString("|" + strings.Repeat("---|", len(t.head)) + "\n")
+	}
+	for _, r := range t.rows {
+		line(slices.Clone(r))
+	}
+	return b.String()
 }
 
-func header(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "# Benchmarks\n\n")
-	fmt.Fprintf(b, "<!-- Written by `make bench` (bench/cmd/bench): change the harness, not this file. -->\n\n")
-	fmt.Fprintf(b, "The figures of one `make bench` run, started %s and taking %s. "+
-		"Every case ran in that one run, one after another, so that ratios between them hold on a noisy machine. "+
-		"Rerun with `make bench`; the raw results are in `bench/out/results.json` and every process's log in `bench/out/logs/` (neither committed).\n",
-		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+// rows are a table's rows, under a head the template writes.
+func rows(r [][]string) string { return table{rows: r}.String() }
+
+// RunAt is the gRPC run of server at concurrency c, or a zero one.
+func (v view) RunAt(server string, c int) GRPCRun {
+	g, _ := v.Run(server, c)
+	return g
 }
 
-func machine(b *strings.Builder, r *Results) {
-	m := r.Machine
-	fmt.Fprintf(b, "## Machine\n\n")
-	table(b, []string{"", ""}, [][]string{
-		{"CPU", m.CPU}, {"cores", fmt.Sprint(m.Cores)}, {"kernel", m.Kernel}, {"Go", m.Go},
-		{"Envoy", m.Envoy}, {"OPA-Envoy", m.OPA}, {"ghz (cross-check)", m.Ghz}, {"Redis", m.Redis}, {"date", m.Date},
-		{"load average at start", m.LoadAvg},
-	})
-	fmt.Fprintf(b, "\nThe load generator (checkload, or the harness's MCP client through Envoy) shares these %d cores with the servers it measures, "+
-		"and the machine may be running other work: every figure includes that contention, and the servers are compared within one run for that reason.\n", m.Cores)
+// cpuBreakdown is a live profile's parts, capsnap's against the floor's,
+// and all of them.
+func cpuBreakdown(live LiveProfile) [][]string {
+	var out [][]string
+	var sumC, sumF time.Duration
+	for _, p := range live.CPUBreakdown {
+		out = append(out, []string{p.Part, Dur(p.Capsnap), Dur(p.Floor), signedDur(p.Capsnap - p.Floor)})
+		sumC, sumF = sumC+p.Capsnap, sumF+p.Floor
+	}
+	return append(out, []string{"all", Dur(sumC), Dur(sumF), signedDur(sumC - sumF)})
 }
 
-func targets(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "## Targets (issues 17 and 7)\n\n")
-	var rows [][]string
-	for _, t := range r.Targets {
-		rows = append(rows, []string{fmt.Sprint(t.Issue), t.Name, t.Threshold, t.Measured, "**" + string(t.Status) + "**"})
-	}
-	table(b, []string{"issue", "target", "threshold", "this run", "status"}, rows)
+// NoExtAuthz is the run through Envoy without ext_authz, which the
+// others add latency to.
+func (v view) NoExtAuthz() EnvoyRun {
+	e, _ := v.Mode(ModeNone)
+	return e
 }
 
-func grpcSection(svgPath string) func(*strings.Builder, *Results) {
-	return func(b *strings.Builder, r *Results) {
-		fmt.Fprintf(b, "## Check over gRPC\n\n")
-		fmt.Fprintf(b, "The load (`bench/cmd/checkload`) sends the same allowed `tools/call` CheckRequest to each server: capsnap, the floor (a do-nothing ext_authz server, `bench/noop`) and OPA-Envoy running `bench/opa/policy.rego`. It decodes every answer in full with protobuf-go's generated code, as Envoy decodes it with its own.")
-		if len(r.GhzCrossCheck) > 0 {
-			fmt.Fprintf(b, " See [The load, and ghz](#the-load-and-ghz) for why it replaced ghz.")
-		}
-		fmt.Fprintf(b, "\n\n")
-		fmt.Fprintf(b, "![p50 and p99 latency per server and concurrency](%s)\n\n", svgPath)
-		cs := r.Method.Concurrencies
-		byServer := func(f func(GRPCRun) string) [][]string {
-			var rows [][]string
-			for _, c := range cs {
-				row := []string{fmt.Sprint(c)}
-				for _, s := range Servers {
-					g, _ := r.Run(s, c)
-					row = append(row, f(g))
-				}
-				rows = append(rows, row)
-			}
-			return rows
-		}
-		withRatio := func(rows [][]string, f func(c int) string) [][]string {
-			for i, c := range cs {
-				rows[i] = append(rows[i], f(c))
-			}
-			return rows
-		}
-		ratio := func(num, den func(GRPCRun) float64, a, z string) func(int) string {
-			return func(c int) string {
-				x, _ := r.Run(a, c)
-				y, _ := r.Run(z, c)
-				if den(y) == 0 {
-					return "–"
-				}
-				return fmt.Sprintf("%.2f×", num(x)/den(y))
-			}
-		}
-		rps := func(g GRPCRun) float64 { return g.RPS }
-		p50 := func(g GRPCRun) float64 { return float64(g.P50) }
-		p99 := func(g GRPCRun) float64 { return float64(g.P99) }
-		cpu := func(g GRPCRun) float64 { return float64(g.CPUPerCheck) }
-
-		fmt.Fprintf(b, "### Throughput (Checks per second)\n\n")
-		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
-			withRatio(byServer(func(g GRPCRun) string { return fmt.Sprintf("%.0f", g.RPS) }), ratio(rps, rps, Capsnap, Floor)))
-		fmt.Fprintf(b, "\n### Latency, p50\n\n")
-		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
-			withRatio(byServer(func(g GRPCRun) string { return Dur(g.P50) }), ratio(p50, p50, Capsnap, Floor)))
-		fmt.Fprintf(b, "\n### Latency, p99\n\n")
-		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ floor"),
-			withRatio(byServer(func(g GRPCRun) string { return Dur(g.P99) }), ratio(p99, p99, Capsnap, Floor)))
-		fmt.Fprintf(b, "\n### Server CPU time per Check\n\n")
-		table(b, append(append([]string{"concurrency"}, Servers...), "capsnap ÷ OPA-Envoy"),
-			withRatio(byServer(func(g GRPCRun) string { return Dur(g.CPUPerCheck) }), ratio(cpu, cpu, Capsnap, OPA)))
-		for _, live := range r.Live {
-			fmt.Fprintf(b, "\n### Where a Check's server CPU goes, at concurrency %d\n\n", live.Concurrency)
-			fmt.Fprintf(b, "From CPU profiles of the running capsnap and floor (see the notes on missed targets), each part's samples divided by the Checks made while it was profiled; approximate, as the profiles sample at 100 Hz.\n\n")
-			var rows [][]string
-			var sumC, sumF time.Duration
-			for _, p := range live.CPUBreakdown {
-				rows = append(rows, []string{p.Part, Dur(p.Capsnap), Dur(p.Floor), signedDur(p.Capsnap - p.Floor)})
-				sumC, sumF = sumC+p.Capsnap, sumF+p.Floor
-			}
-			rows = append(rows, []string{"all", Dur(sumC), Dur(sumF), signedDur(sumC - sumF)})
-			table(b, []string{"part", "capsnap", "floor (noop)", "capsnap − floor"}, rows)
-		}
-		fmt.Fprintf(b, "\n### Server resident memory after the run (peak)\n\n")
-		table(b, append([]string{"concurrency"}, Servers...),
-			byServer(func(g GRPCRun) string { return fmt.Sprintf("%s (%s)", mib(g.Memory.RSS), mib(g.Memory.Peak)) }))
-		fmt.Fprintf(b, "\n### Every run\n\n")
-		var rows [][]string
-		for _, g := range r.GRPC {
-			rows = append(rows, []string{g.Server, fmt.Sprint(g.Concurrency), fmt.Sprint(g.Count), Dur(g.Total),
-				Dur(g.Mean), Dur(g.Slowest), Dur(g.CPU), orDash(g.ClientPerCheck()), fmt.Sprint(errorCount(g))})
-		}
-		table(b, []string{"server", "concurrency", "Checks", "measured time", "mean", "slowest", "server CPU", "the load's CPU per Check", "errors"}, rows)
-		ghzSection(b, r)
-	}
-}
-
-// ghzSection shows the load ghz was beside the one that replaced it.
-func ghzSection(b *strings.Builder, r *Results) {
-	if len(r.GhzCrossCheck) == 0 {
-		return
-	}
-	c := r.GhzCrossCheck[0].Concurrency
-	fmt.Fprintf(b, "\n### The load, and ghz\n\n")
-	fmt.Fprintf(b, "Until issue 17 the load was ghz. ghz decodes each answer into a dynamic message (protoreflect), whose cost grows with the answer's fields, not with the server's work: "+
-		"capsnap's allowed answer carries its pins as seven upstream headers (and carried them again, until issue 17, in seven entries of dynamic metadata), the floor's carries nothing. "+
-		"So under ghz the load, which shares the %d cores, spent far more per Check of capsnap than of the floor, and the throughput ratio measured ghz's decoder more than either server. "+
-		"The load now decodes as Envoy does, with generated code. ghz still runs once, on capsnap and the floor at concurrency %d, in turns after the measured runs; its figures:\n\n", r.Machine.Cores, c)
-	figures := func(g GRPCRun) []string {
-		return []string{fmt.Sprintf("%.0f", g.RPS), Dur(g.P99), Dur(g.CPUPerCheck), orDash(g.ClientPerCheck())}
-	}
-	ratios := func(x, y GRPCRun) []string {
-		return []string{ratioOf(x.RPS, y.RPS), ratioOf(float64(x.P99), float64(y.P99)),
-			ratioOf(float64(x.CPUPerCheck), float64(y.CPUPerCheck)), ratioOf(float64(x.ClientPerCheck()), float64(y.ClientPerCheck()))}
-	}
-	var rows [][]string
-	for _, g := range r.GhzCrossCheck {
-		if mine, ok := r.Run(g.Server, g.Concurrency); ok {
-			rows = append(rows, append(append([]string{g.Server}, figures(g)...), figures(mine)...))
-		}
-	}
-	if len(r.GhzCrossCheck) == 2 {
-		x, y := r.GhzCrossCheck[0], r.GhzCrossCheck[1]
-		mx, okx := r.Run(x.Server, c)
-		my, oky := r.Run(y.Server, c)
-		if okx && oky {
-			rows = append(rows, append(append([]string{x.Server + " ÷ " + y.Server}, ratios(x, y)...), ratios(mx, my)...))
-		}
-	}
-	table(b, []string{"server", "ghz: Checks/s", "p99", "server CPU per Check", "ghz's CPU per Check",
-		"the load: Checks/s", "p99", "server CPU per Check", "the load's CPU per Check"}, rows)
-}
-
-// orDash is d, or – if nothing was measured.
-func orDash(d time.Duration) string {
-	if d == 0 {
-		return "–"
-	}
-	return Dur(d)
-}
-
-func envoySection(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "## Through the real Envoy\n\n")
-	fmt.Fprintf(b, "%d MCP sessions post `%s` through Envoy to billing, with no ext_authz filter, with ext_authz to the floor, and with ext_authz to capsnap (the same filter settings, from `envoy/demo.yaml`); "+
-		"then, on the shared snapshot store, to capsnap on Redis and to two capsnap replicas sharing that Redis behind one cluster (see [Shared snapshot store](#shared-snapshot-store-redis)). "+
-		"Added latency is over the run without ext_authz. Every call of these runs succeeded: one that did not would have failed the benchmark. "+
-		"In capsnap's modes every answer also goes through capsnap's ext_proc service, which screens it for a `tools/list` result on a stream not its own (issue 27: a client takes one on any stream for its pending listing); "+
-		"the floor leaves no decision in Envoy's metadata, so its Envoy skips that filter. The difference between the two is ext_authz and the response path together.\n\n", r.Method.EnvoyWorkers, r.Method.EnvoyCall)
-	none, _ := r.Mode(ModeNone)
-	var rows [][]string
-	for _, m := range append(slices.Clone(Modes), StoreModes...) {
-		e, ok := r.Mode(m)
-		if !ok && slices.Contains(StoreModes, m) {
-			continue
-		}
-		added50, added99 := "–", "–"
-		if m != ModeNone {
-			added50, added99 = signed(e.P50-none.P50), signed(e.P99-none.P99)
-		}
-		rows = append(rows, []string{m, fmt.Sprintf("%.0f", e.RPS), Dur(e.P50), Dur(e.P99), Dur(e.Mean), Dur(e.Max), added50, added99,
-			fmt.Sprint(e.Calls)})
-	}
-	table(b, []string{"mode", "calls/s", "p50", "p99", "mean", "max", "added p50", "added p99", "calls"}, rows)
-
+// EnvoyCPU is a call's CPU by process in each mode, and what capsnap adds
+// over the floor; nil if no mode has the figures.
+func (v view) EnvoyCPU() *table {
 	var cpu []cpuRow
-	for _, e := range r.Envoy {
+	for _, e := range v.Envoy {
 		if len(e.CPU) > 0 {
 			cpu = append(cpu, cpuRow{e.Mode, e.CPU})
 		}
 	}
-	if len(cpu) > 0 {
-		fmt.Fprintf(b, "\n### Where a call's CPU goes\n\n"+
-			"Each process's CPU time (user + system, from `/proc`) over the mode's turns, divided by the mode's calls. "+
-			"The processes share the machine's cores, so what one spends on a call is taken from the others. "+
-			"The authorizer is the ext_authz server (both replicas in the last mode); the load is the harness's own process, its MCP clients.\n\n")
-		cpuTable(b, "mode", cpu, ModeCapsnap, ModeFloor, "capsnap − floor")
+	if len(cpu) == 0 {
+		return nil
 	}
+	return cpuTable(cpu, ModeCapsnap, ModeFloor, "capsnap − floor")
 }
 
 // cpuRow is one mode's split of a call's CPU among processes.
@@ -226,9 +155,9 @@ type cpuRow struct {
 	cpu  []ProcessCPU
 }
 
-// cpuTable writes each row's CPU per call, by process and in all, and a
-// last row (named label) of what mode more adds over mode base.
-func cpuTable(b *strings.Builder, first string, rows []cpuRow, more, base, label string) {
+// cpuTable is each row's CPU per call, by process and in all, and a last
+// row (named label) of what mode more adds over mode base.
+func cpuTable(rows []cpuRow, more, base, label string) *table {
 	// The columns in the order of the row with the most processes, the
 	// others' after.
 	var procs []string
@@ -249,7 +178,7 @@ func cpuTable(b *strings.Builder, first string, rows []cpuRow, more, base, label
 		}
 		return 0
 	}
-	var out [][]string
+	t := &table{head: append(append([]string{"mode"}, procs...), "all")}
 	var m, bs *cpuRow
 	for i, r := range rows {
 		line, all := []string{r.mode}, time.Duration(0)
@@ -258,7 +187,7 @@ func cpuTable(b *strings.Builder, first string, rows []cpuRow, more, base, label
 			all += d
 			line = append(line, orDash(d))
 		}
-		out = append(out, append(line, Dur(all)))
+		t.rows = append(t.rows, append(line, Dur(all)))
 		switch r.mode {
 		case more:
 			m = &rows[i]
@@ -273,223 +202,61 @@ func cpuTable(b *strings.Builder, first string, rows []cpuRow, more, base, label
 			all += d
 			line = append(line, signed(d))
 		}
-		out = append(out, append(line, signed(all)))
+		t.rows = append(t.rows, append(line, signed(all)))
 	}
-	table(b, append(append([]string{first}, procs...), "all"), out)
+	return t
 }
 
-func deliverySection(b *strings.Builder, r *Results) {
-	d := r.Delivery
-	fmt.Fprintf(b, "## tools/list through the response path\n\n")
-	if !d.Ran() {
-		fmt.Fprintf(b, "Not run.\n")
-		return
-	}
-	fmt.Fprintf(b, "One principal (`%s`) lists the tools of a server that offers %d (`testbed/cmd/mcpfixture -mode json,tools=%d`: generated definitions, a description and 2 to 4 typed properties each), under a policy that classifies all %d and grants it %d. "+
-		"Two Envoys run `envoy/demo.yaml`, identical but for the response path: one with its `capsnap.ext_proc` filter, beside a capsnap that binds snapshots to what is delivered (`discovery.bind: delivered`, the default) and rewrites the list to the granted tools; "+
-		"one without that filter, beside a capsnap with `discovery: {bind: catalog}`, which mints at the request from its own view and lets the server's whole list through. "+
-		"Each listing is one stateless MCP 2026-07-28 `tools/list`; every one must come back 200 with an `x-capsnap-epoch` and exactly %d tools with the response path, %d without, or the benchmark fails.\n\n",
-		d.Principal, d.CatalogTools, d.CatalogTools, d.CatalogTools, d.GrantedTools, d.GrantedTools, d.CatalogTools)
-
-	fmt.Fprintf(b, "### What the agent is delivered\n\n")
-	table(b, []string{"one tools/list", "tools", "body bytes", "≈ tokens (bytes ÷ 4)"}, [][]string{
-		{"without the response path", fmt.Sprint(d.CatalogTools), thousands(d.UnfilteredBytes), thousands(d.UnfilteredBytes / 4)},
-		{"with the response path", fmt.Sprint(d.GrantedTools), thousands(d.FilteredBytes), thousands(d.FilteredBytes / 4)},
-	})
-	if d.FilteredBytes > 0 && d.UnfilteredBytes > 0 {
-		fmt.Fprintf(b, "\nWith the response path the agent is delivered %.1f%% of the bytes: %.1f× fewer, %s bytes (≈ %s tokens) less on every listing. ",
-			100*float64(d.FilteredBytes)/float64(d.UnfilteredBytes), float64(d.UnfilteredBytes)/float64(d.FilteredBytes),
-			thousands(d.UnfilteredBytes-d.FilteredBytes), thousands((d.UnfilteredBytes-d.FilteredBytes)/4))
-	}
-	fmt.Fprintf(b, "Tokens are estimated as bytes ÷ 4, a rule of thumb for English and JSON, not a tokenizer's count. The server's own response, straight from it, is %s bytes.\n\n", thousands(d.UpstreamBytes))
-
-	fmt.Fprintf(b, "### What it costs\n\n")
-	fmt.Fprintf(b, "%d workers list concurrently, each on its own connection; after %d discarded listings per Envoy, the two take %s, each turn %d listings or %v, whichever comes first. Added latency is over the Envoy without the response path.\n\n",
-		d.Workers, d.Warmup, takingTurns(r.Method.Turns), d.Listings/r.Method.Turns, d.Turn)
-	var rows [][]string
-	for _, m := range []struct {
-		name string
-		res  mcpload.Result
-		with bool
-	}{{"without the response path", d.Without, false}, {"with the response path", d.With, true}} {
-		added50, added99 := "–", "–"
-		if m.with {
-			added50, added99 = signed(d.With.P50-d.Without.P50), signed(d.With.P99-d.Without.P99)
-		}
-		rows = append(rows, []string{m.name, fmt.Sprint(m.res.Calls), fmt.Sprintf("%.0f", m.res.RPS), Dur(m.res.P50), Dur(m.res.P90), Dur(m.res.P99),
-			Dur(m.res.Mean), Dur(m.res.Max), added50, added99})
-	}
-	table(b, []string{"Envoy", "listings", "listings/s", "p50", "p90", "p99", "mean", "max", "added p50", "added p99"}, rows)
-	t := DeliveryTarget(d)
-	fmt.Fprintf(b, "\nIssue 17's target: %s %s. This run: %s, **%s**.\n", t.Name, t.Threshold, t.Measured, t.Status)
-	if len(d.WithCPU) > 0 && len(d.WithoutCPU) > 0 {
-		const with, without = "with the response path", "without the response path"
-		fmt.Fprintf(b, "\n### Where a listing's CPU goes\n\n"+
-			"Each process's CPU time (user + system, from `/proc`) over the Envoy's turns, divided by its listings. "+
-			"The processes share the machine's cores, so what one spends on a listing is taken from the others. "+
-			"The load is the harness's own process: its HTTP clients, which read and parse each list.\n\n")
-		cpuTable(b, "mode", []cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
-	}
+// saving is what the response path saves an agent on one listing.
+type saving struct {
+	Percent, Fewer float64
+	Bytes          int
 }
 
-func scaleSection(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "## Scale (Go benchmarks, `decide`)\n\n")
-	fmt.Fprintf(b, "### Catalog size: the allowed Check against catalogs of n tools\n\n")
-	base, hasBase := gobench.Find(r.Scale, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
-	var rows [][]string
-	for _, n := range CatalogSizes {
-		res, ok := gobench.Find(r.Scale, fmt.Sprintf(BenchCatalogSize, n))
-		if !ok {
-			rows = append(rows, []string{fmt.Sprint(n), "not run", "", "", ""})
-			continue
-		}
-		vs := "–"
-		if hasBase {
-			vs = fmt.Sprintf("%.2f×", res.Metrics["ns/op"]/base.Metrics["ns/op"])
-		}
-		rows = append(rows, []string{fmt.Sprint(n), nsop(res), vs, metric(res, "B/op"), metric(res, "allocs/op")})
+// Saving is nil unless both listings' sizes were measured.
+func (d Delivery) Saving() *saving {
+	if d.FilteredBytes <= 0 || d.UnfilteredBytes <= 0 {
+		return nil
 	}
-	table(b, []string{"tools", "per Check", "× 10 tools", "B/op", "allocs/op"}, rows)
-
-	fmt.Fprintf(b, "\n### Live snapshots: a Check among n snapshots, and the heap each holds\n\n")
-	rows = nil
-	for _, n := range SnapshotCounts {
-		res, ok := gobench.Find(r.Scale, fmt.Sprintf(BenchSnapshots, n))
-		if !ok {
-			rows = append(rows, []string{fmt.Sprint(n), "not run", "", ""})
-			continue
-		}
-		per, has := res.Metrics["B/snapshot"]
-		million := "–"
-		if has {
-			million = fmt.Sprintf("%.2f GiB", per*1e6/(1<<30))
-		}
-		rows = append(rows, []string{fmt.Sprint(n), nsop(res), metric(res, "B/snapshot"), million})
-	}
-	table(b, []string{"snapshots", "per Check", "B/snapshot", "× 1,000,000"}, rows)
+	return &saving{100 * float64(d.FilteredBytes) / float64(d.UnfilteredBytes), float64(d.UnfilteredBytes) / float64(d.FilteredBytes), d.UnfilteredBytes - d.FilteredBytes}
 }
 
-func hotPathSection(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "## Hot path (Go benchmarks)\n\n")
-	if len(r.HotPath) == 0 {
-		fmt.Fprintf(b, "Not run: no benchmark found.\n")
-		return
+// CPU is a listing's CPU by process with and without the response path;
+// nil without both.
+func (d Delivery) CPU() *table {
+	if len(d.WithCPU) == 0 || len(d.WithoutCPU) == 0 {
+		return nil
 	}
-	var rows [][]string
-	for _, res := range r.HotPath {
-		var other []string
-		for unit, v := range res.Metrics {
-			if unit != "ns/op" && unit != "B/op" && unit != "allocs/op" {
-				other = append(other, fmt.Sprintf("%g %s", v, unit))
-			}
-		}
-		sort.Strings(other)
-		rows = append(rows, []string{strings.TrimPrefix(res.Pkg, "github.com/capsnap/capsnap/"), res.Name, nsop(res),
-			metric(res, "B/op"), metric(res, "allocs/op"), strings.Join(other, ", ")})
-	}
-	table(b, []string{"package", "benchmark", "per op", "B/op", "allocs/op", "other"}, rows)
+	const with, without = "with the response path", "without the response path"
+	return cpuTable([]cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
 }
 
-func invalidationSection(b *strings.Builder, r *Results) {
-	inv := r.Invalidation
-	fmt.Fprintf(b, "## Invalidation\n\n")
-	fmt.Fprintf(b, "Through the real Envoy, %d times: list tools (a fresh snapshot), call refund (allowed), then redeploy billing (`POST /admin/variant`, which sends `notifications/tools/list_changed`) and call refund again and again until capsnap denies it `schema_drift`. "+
-		"Measured from just before the redeploy's POST to that denial.\n\n", len(inv.Trials))
-	table(b, []string{"trials", "min", "p50", "p99", "max"},
-		[][]string{{fmt.Sprint(len(inv.Trials)), Dur(inv.Min), Dur(inv.P50), Dur(inv.P99), Dur(inv.Max)}})
-	var rows [][]string
-	for i, t := range inv.Trials {
-		rows = append(rows, []string{fmt.Sprint(i + 1), t.Variant, Dur(t.Elapsed), Dur(t.Post), fmt.Sprint(t.Polls), fmt.Sprint(t.Allowed), fmt.Sprint(t.HandlerDrift)})
-	}
-	fmt.Fprintf(b, "\n<details><summary>Every trial</summary>\n\n")
-	table(b, []string{"trial", "redeployed to", "to the denial", "of which the POST", "calls", "allowed", "refused by billing (handler_drift)"}, rows)
-	fmt.Fprintf(b, "\n</details>\n")
+// missed is a missed target, and the target under which its profile is
+// already shown, if another's.
+type missed struct {
+	Target
+	ShownUnder string
 }
 
-func missedSection(b *strings.Builder, r *Results) {
-	fmt.Fprintf(b, "## Notes on missed targets\n\n")
-	missed := 0
-	// A profile shared by several targets is shown under the first.
+// Missed are the missed targets; a profile shared by several is shown
+// under the first.
+func (v view) Missed() []missed {
+	var out []missed
 	shownUnder := map[*Profile]string{}
-	for _, t := range r.Targets {
+	for _, t := range v.Targets {
 		if t.Status != Missed {
 			continue
 		}
-		missed++
-		fmt.Fprintf(b, "### %s: %s\n\n", t.Name, t.Measured)
-		switch first, shown := shownUnder[t.Profile]; {
-		case t.Profile == nil:
-			fmt.Fprintf(b, "No profile was captured for this target.\n\n")
-		case shown:
-			fmt.Fprintf(b, "The profile is the one under \"%s\" above.\n\n", first)
-		default:
-			shownUnder[t.Profile] = t.Name
-			fmt.Fprintf(b, "%s\n\n```\n$ %s\n%s\n```\n\n", t.Profile.What, t.Profile.Command, strings.TrimRight(t.Profile.Top, "\n"))
+		m := missed{Target: t}
+		if t.Profile != nil {
+			m.ShownUnder = shownUnder[t.Profile]
+			if m.ShownUnder == "" {
+				shownUnder[t.Profile] = t.Name
+			}
 		}
+		out = append(out, m)
 	}
-	if missed == 0 {
-		fmt.Fprintf(b, "None: every target that ran was met.\n")
-	}
-}
-
-// levers are issue 17's levers as they were tried: each measured by the Go
-// benchmark named, against the code before it, when it was made. They are
-// history, not this run's figures, which the sections above give.
-var levers = []struct{ lever, verdict, figures string }{
-	{"Decoding the CheckRequest: `checkcodec`, a gRPC codec that decodes only the fields the decision reads and checks the rest as protobuf-go does, held to protobuf-go by `FuzzDecode`; the floor keeps the stock codec",
-		"kept", "make bench's refund request 3.6 µs, 70 allocs → 1.9 µs, 30 allocs; an Envoy mTLS + JWT request 12.9 µs, 185 allocs → 7.3 µs, 92 allocs (`checkcodec` benchmarks)"},
-	{"Encoding the answer with go-control-plane's vtprotobuf marshaler (`MarshalVTStrict`)",
-		"did not pay", "0.98 → 0.39 µs an answer, but only with `-tags vtprotobuf` on every build, and it stops an answer with invalid UTF-8 from failing at capsnap: reverted"},
-	{"Sharing the header names and values every CheckRequest repeats, instead of a string each",
-		"did not pay", "30 → 17 allocs a decode, but slower: the lookup costs more than the allocation; reverted"},
-	{"An answer that says once what it says twice: an allowed tools/call's metadata is only decision and reason (shared bytes); its pins go once, in the upstream headers, which `envoy/*.yaml` copy into the same metadata keys with Envoy's header_to_metadata filter after ext_authz (it runs only on requests capsnap let through, whose x-capsnap-* headers capsnap set or removed, so no forgery is logged); a denial's metadata still names what was refused",
-		"kept", "265 of ~700 bytes of every allowed answer, which Envoy (and the load) decode; in the trial build before it (make bench's gRPC step, 2026-12-03 23:30, one run each) 0.76× the floor at c=16 either way, but at c=64 0.81× against 0.63× and p99 1.22× against 1.60×"},
-	{"gRPC stream workers (`grpc.NumStreamWorkers(64)`) in capsnap and, to stay the same gRPC stack, in the floor",
-		"kept", "without them each RPC starts a goroutine whose stack grows by copying, every time: runtime.newstack was 10.6% of capsnap's CPU and 14.5% of the floor's at c=64 in the live profiles of 2026-12-04 00:26 (capsnap then with 2 workers, the floor without)"},
-	{"Allocations of the deployed Check: the Redis pointer key in one exact-size allocation; a non-batch request and its message in one; the constraints' CEL activation pooled; a call's claims kept off the heap; a new jti and its call's token in one string",
-		"kept", "`BenchmarkCheckDeployed` 22 → 15 allocs, 2,800 → 2,433 B, its time within the machine's noise (8.5–11 µs before and after); `BenchmarkGrant/Seal` 2 → 1 alloc. Not done: the decoded arguments' strings aliasing the request body (`unsafe.String`, one more allocation), as the parser would then hand out memory its caller may reuse"},
-	{"The load: ghz decodes each answer into a dynamic message; the load now decodes with generated code, as Envoy does (`bench/cmd/checkload`), ghz kept as a cross-check (\"The load, and ghz\" above)",
-		"kept", "at c=64, ghz spent 191 µs of CPU per capsnap Check and 84 µs per floor Check, the servers 68 and 46 µs; capsnap ÷ floor 0.53× under ghz, 0.63–0.76× under checkload in the trial runs"},
-	{"An allowed answer's messages and headers in one allocation",
-		"kept", "`BenchmarkCheckAllowed` 22 → 17 allocs, ~7.1 → ~6.9 µs; `BenchmarkCheckDeployed` 30 → 25 allocs"},
-	{"The arguments' digest: capsnap's own RFC 8785 canonicalizer, written straight into SHA-256, `jcs.Transform` its oracle (`FuzzArgsDigest`)",
-		"kept", "refund's arguments 2.9 µs, 34 allocs → 0.55 µs, 1 alloc (`BenchmarkArgsDigest`)"},
-	{"The envelope's signature: under a grant, signed once per snapshot and tool, each call bound by an HMAC under the grant's call key (docs/ENVELOPE.md)",
-		"kept", "an allowed call's envelope ~43 µs (Ed25519) → ~2.4 µs (`BenchmarkSeal`, `BenchmarkGrant/Seal`); then a grant's keyed HMACs pooled (10 → 5 allocs) and the call's claims encoded by hand where json.Marshal would write the same bytes (~1.0 µs, 4 allocs)"},
-	{"The shared store's round trips: a replica keeps the calls it has seen recorded, so a sequence rule seen satisfied needs Redis no more; a newest-snapshot pointer's MAC checked once per record",
-		"kept", "`BenchmarkCheckStore/redis` no round trip a Check; `BenchmarkCheckDeployed` 76 → 64 allocs"},
-	{"The response path: tool digests cached by the SHA-256 of each definition's exact bytes; one strict check and one walk of the document instead of six; the rewrite into one buffer of the exact size; tool_not_granted details made once per rule and tool",
-		"kept", "`BenchmarkDeliver225` 4.4 ms, 41,162 allocs → 0.7 ms, 1,770 allocs; `BenchmarkReadDelivery225/json` 2.97 ms → 0.29 ms"},
-	{"Caching a whole tools/list by its hash, on top of the per-tool digests",
-		"did not pay", "it hashes the same bytes and saves only the map lookups"},
-	{"The audit line of a listing, which names every withheld tool with its reason and detail",
-		"not done", "11–13% of Deliver's CPU for 213 withheld tools (~30 KB a listing); kept whole, for the audit's sake"},
-	{"The audit write before each answer (zerolog's encoding, the chain's SHA-256, the group-committed write)",
-		"not done", "9–10% of capsnap's CPU at c=64 in the live profile of the make bench run of 2026-12-03 20:14, nearly as much as the decision (11%); the line is written before the answer so that no answered decision is missing from the trail, and that stays"},
-	{"Bigger audit batches: the Write that starts a batch yields the processor once (runtime.Gosched) so that the decisions ready to run join it",
-		"kept", "`BenchmarkWrite/group` 0.31 → 0.04 write(2) a line; over gRPC against the build before it, in turns in the same run, twice (2026-12-04 00:58–01:03): c=64 +7% and +13% Checks/s, c=16 +3% and −3%, c=1 within noise. Those runs had every Write that found no write under way yield; since review only the batch's first does, and the others wait for it"},
-	{"Bigger audit batches again: the Write that starts a batch yields again while other Writes joined it during its last yield, up to three times in all",
-		"kept", "at c=16 the file's write(2) was 11% of capsnap's CPU (a live profile at c=16, 2026-12-04 03:22) and a write carried 1.4–1.6 lines (`/proc/PID/io` against the trail's lines); over gRPC against the build before it, in turns in the same run, four rounds each (2026-12-04 03:24–03:32, a slow spell: the floor 19–22k Checks/s at c=64): c=16 +0.5%, +2%, −2%, +13% Checks/s, c=64 +10%, +11%, +3%, +1%, p99 no worse. Up to eight yields: c=16 +17%, +6%, c=64 −4%, −9%"},
-	{"The audit write alone: the Write that starts a batch yields only under load (its batch, or one of the last eight, held more than one line), since a yield wakes an idle processor to look for work, which finds none and sleeps again",
-		"did not pay", "a trail written from one goroutine with 150 µs between lines: 87 → 53 µs of process CPU a line. Over gRPC against the build before it, in turns in the same run, twice (2026-12-04 10:50–10:56): at c=1 222 and 192 µs of server CPU a Check with it, 216 and 190 without; at c=16 and c=64 Checks/s within 4% either way: gRPC's own goroutines keep a processor looking for work already, so the yield wakes none. Reverted"},
-	{"The response path in one exchange: Envoy's ext_proc streams the tools/list response to capsnap in full duplex (`FULL_DUPLEX_STREAMED`, `envoy/*.yaml`) instead of buffering it, and capsnap answers the held headers and sends the rewritten list once it has read the last chunk; `BUFFERED` is still served",
-		"kept", "added p50 of a listing through the response path, against BUFFERED, alternating in one scratch worktree (2026-12-04 04:03–04:13, the delivery step alone): BUFFERED +2.24, +1.67, +2.16 ms; full duplex +1.49, +0.78, +1.57, +1.91, +1.08 ms"},
-	{"The response path again: one policy match and one quoted principal per listing (`policy.Principal`), withheld tools counted by reason, the digest cache keyed by a definition's exact bytes instead of their SHA-256",
-		"kept", "`BenchmarkDeliver225` 516 → ~420 µs, 1,131 → 707 allocs; the cache's SHA-256 was 15% of its CPU profile, the map lookup that replaced it 4%"},
-	{"The garbage collector's share",
-		"not done", "mallocgc 17% of capsnap's CPU at c=64 in the same profile, the floor's 18%; GOGC is left alone, as a million snapshots must fit in 1 GiB and a larger GOGC multiplies the heap"},
-	{"The strict parser and the argument checks: the arguments were checked strictly a second time before they were decoded; now the body's check stands for them (`mcpparse.Message.DecodeArguments`)",
-		"kept", "refund's arguments decoded in ~0.6 µs instead of ~0.85 µs (`BenchmarkDecodeObject/checked` against `/mcpparse`); three walks of the arguments remain (decode, schema, digest), not merged"},
-}
-
-func leversSection(b *strings.Builder, _ *Results) {
-	fmt.Fprintf(b, "## Levers examined (issue 17)\n\n")
-	fmt.Fprintf(b, "Each lever as it was tried, measured by the Go benchmark named against the code before it, at the time: history, not this run's figures (the sections above give those).\n\n")
-	var rows [][]string
-	for _, l := range levers {
-		rows = append(rows, []string{l.lever, l.verdict, l.figures})
-	}
-	table(b, []string{"lever", "verdict", "measured"}, rows)
+	return out
 }
 
 // takingTurns says how the servers or modes of a step took their turns,
@@ -498,26 +265,12 @@ func takingTurns(turns int) string {
 	return fmt.Sprintf("turns, %d each: A B C … C B A, %d times over", turns, turns/2)
 }
 
-func methodSection(b *strings.Builder, r *Results) {
-	m := r.Method
-	fmt.Fprintf(b, "## Method\n\n")
-	for _, line := range []string{
-		fmt.Sprintf("**Check over gRPC.** The load (`bench/cmd/checkload`, package `bench/grpcload`), at concurrency %s on one connection, sends one CheckRequest as Envoy builds it under `envoy/demo.yaml`: the body packed as bytes, the route's `server_id`, the principal in `attributes.source.principal` (as with mTLS), and the `x-capsnap-epoch` of a snapshot capsnap minted at `tools/list`, after the `lookup_order` that refund's sequence rule wants. The body, the same bytes for every server: `%s`.", ints(m.Concurrencies), m.RequestBody),
-		fmt.Sprintf("At each concurrency every server gets one Check from Go that must be allowed, then a discarded warm-up of %d requests; then the servers take %s (in the order capsnap, floor, OPA-Envoy, capsnap + envelope, capsnap + envelope under a grant), each turn 1/%d of a run sized from that server's warm-up rate to take about %v in all, so that a machine getting busier or quieter weighs on all of them alike (the two envelope capsnaps are those of [Signed envelope](#signed-envelope-issue-16)). The load counts requests and the harness kills a run past its deadline (a failure); it fails too on any error, denial or status other than OK.", m.GRPCWarmup, takingTurns(m.Turns), m.Turns, m.GRPCRun),
-		"No denial is ever measured by accident: any gRPC error or non-OK status fails the benchmark; capsnap's own `capsnap_decisions_total` must count exactly the run's requests as allowed and none denied; the floor and OPA-Envoy (deterministic on one request) must allow it before and after. Both capsnap and OPA-Envoy must also deny a refund over the cap and a call under an unknown epoch, so that neither passes for doing nothing.",
-		"Server CPU time is utime + stime from `/proc/PID/stat` over the measured turns, divided by their requests; it is good to a clock tick (10 ms) per turn, a few percent at worst here. Memory is VmRSS and VmHWM from `/proc/PID/status` after the last turn.",
-		"capsnap runs `examples/demo/policy.yaml` with billing as its one live MCP server, snapshots for 30 minutes, and its audit trail written to a file (a line per decision, as in production). OPA-Envoy runs `bench/opa/policy.rego` on `bench/opa/data.json` (its own copy of the live digests, the snapshot's pins and the policy) with decision logs off, and does less than capsnap: no JSON Schema validation of the arguments, no sequence rule, no audit line. The comparison favours OPA.",
-		fmt.Sprintf("**Through Envoy.** Three %s processes (`--concurrency 1`), configured from `envoy/demo.yaml`: without the ext_authz filter, with it pointed at the floor, and with it pointed at capsnap (header principal, as in the demo). billing runs without its handler-start pin check, as only capsnap sends pins. For each, %d workers hold their own MCP 2025-06-18 session on their own connection (initialize, tools/list, one `lookup_order`) and warm up for %v; then the modes take %s, each turn %v or %d calls per worker, whichever comes first. Any answer but HTTP 200 with a successful result fails the benchmark.", r.Machine.Envoy, m.EnvoyWorkers, m.EnvoyWarmup, takingTurns(m.Turns), m.EnvoyRun/time.Duration(m.Turns), m.EnvoyPerWorker/m.Turns),
-		fmt.Sprintf("**tools/list through the response path.** `testbed/cmd/mcpfixture` serves %d generated tools as JSON (not SSE); a policy generated from its list classifies every one and grants one principal %d, spread over the list. Two capsnaps run that policy with the development header principal, one with `discovery.bind: delivered` (the default) and one with `bind: catalog`; two Envoys run `envoy/demo.yaml`, the second without its `capsnap.ext_proc` filter and otherwise the same. The harness posts raw stateless MCP 2026-07-28 `tools/list` requests (`MCP-Protocol-Version` and `Mcp-Method` headers) from %d workers on their own kept-alive connections, and times each from sending it to reading its whole body. Every listing must be HTTP 200 with an `x-capsnap-epoch` header and exactly the expected tool names, and neither capsnap's `capsnap_decisions_total` may count a denial during the turns, or the benchmark fails.", r.Delivery.CatalogTools, r.Delivery.GrantedTools, r.Delivery.Workers),
-		"**Scale and hot path.** `go test -run '^$' -bench ... -benchmem`: the scale benchmarks are `BenchmarkCheckCatalogSize` and `BenchmarkSnapshotsLive` in `decide`; the hot path is every other benchmark of every package that has one, but the shared store's (below). A benchmark that does not exist is reported as not run.",
-		fmt.Sprintf("**Invalidation.** `testbed.StartStack`: the real Envoy, capsnap and billing under the demo configuration, %d trials alternating billing between its `description_edit` and `baseline` variants, so that every trial is a real change of refund's definition. The resolution is one call's round trip through Envoy.", m.Trials),
-		storeMethod(r),
-		fmt.Sprintf("**Profiles.** For a missed gRPC target the notes show CPU profiles of the running capsnap and floor, taken from their net/http/pprof (capsnap's `debug.pprof: true`) for %v each while the load drives them alone (concurrency 1, for the target judged there) and at the highest concurrency (for the others), after the measured runs. For the response path's target they show the running capsnap's, taken the same way while the workers list through it after the measured turns. For any other missed target the harness profiles the Go benchmark closest to it (`-cpuprofile`, or `-memprofile` for memory). Each is shown as `go tool pprof -top`.", m.ProfileWindow),
-		"**CPU by process.** Through Envoy and on the response path, every process that serves the calls (Envoy, the MCP server, the ext_authz server or capsnap, Redis, and the harness's own process, whose clients make the calls) has its utime + stime read from `/proc/PID/stat` before and after each measured turn; a mode's sum over its turns, divided by its calls, is what a call costs each.",
-	} {
-		fmt.Fprintf(b, "- %s\n", line)
+// orDash is d, or – if nothing was measured.
+func orDash(d time.Duration) string {
+	if d == 0 {
+		return "–"
 	}
-	fmt.Fprintf(b, "\nRerun: `make bench`. It installs Envoy, ghz (the cross-check) and OPA-Envoy when they are missing, builds everything, and rewrites this file and `docs/benchmarks-latency.svg`.\n")
+	return Dur(d)
 }
 
 // signedDur is Dur of a difference, which may be negative.
@@ -528,28 +281,19 @@ func signedDur(d time.Duration) string {
 	return Dur(d)
 }
 
-func table(b *strings.Builder, head []string, rows [][]string) {
-	fmt.Fprintf(b, "| %s |\n", strings.Join(head, " | "))
-	seps := make([]string, len(head))
-	for i := range seps {
-		seps[i] = "---"
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "−" + Dur(-d)
 	}
-	fmt.Fprintf(b, "|%s|\n", strings.Join(seps, "|"))
-	for _, r := range rows {
-		cells := make([]string, len(r))
-		for i, c := range r {
-			cells[i] = strings.ReplaceAll(c, "|", `\|`)
-		}
-		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
-	}
+	return "+" + Dur(d)
 }
 
-func errorCount(g GRPCRun) int {
-	n := 0
-	for _, v := range g.Errors {
-		n += v
+// ratioOf is a ÷ b as "1.23×", or "–" if b is zero.
+func ratioOf(a, b float64) string {
+	if b == 0 {
+		return "–"
 	}
-	return n
+	return fmt.Sprintf("%.2f×", a/b)
 }
 
 func nsop(r gobench.Result) string { return Dur(time.Duration(r.Metrics["ns/op"])) }
@@ -562,13 +306,20 @@ func metric(r gobench.Result, unit string) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// mib is a process's resident memory now (at its peak).
+func mib(m proc.Memory) string {
+	return fmt.Sprintf("%.1f MiB (%.1f MiB)", float64(m.RSS)/(1<<20), float64(m.Peak)/(1<<20))
+}
 
-func signed(d time.Duration) string {
-	if d < 0 {
-		return "−" + Dur(-d)
+// ratio is ratioOf a and b, figures (float64) or durations.
+func ratio(a, b any) string {
+	f := func(x any) float64 {
+		if d, ok := x.(time.Duration); ok {
+			return float64(d)
+		}
+		return x.(float64)
 	}
-	return "+" + Dur(d)
+	return ratioOf(f(a), f(b))
 }
 
 // thousands is n with a comma every three digits.

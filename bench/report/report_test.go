@@ -1,9 +1,6 @@
 package report
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -118,10 +115,9 @@ func TestMarkdown(t *testing.T) {
 		{Part: "the decision", Capsnap: 30 * time.Microsecond},
 		{Part: "decoding the request", Capsnap: 20 * time.Microsecond, Floor: 25 * time.Microsecond},
 	}}}
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r)
 	for _, want := range []string{
 		"# Benchmarks", "| CPU | Test CPU |", "**MISSED**", "**NOT RUN**",
-		"![p50 and p99 latency per server and concurrency](docs/benchmarks-latency.svg)",
 		"| 16 | 900 | 1000 | 300 | 0.90× |", // throughput, side by side
 		"| ext_authz → capsnap | 1000 | 3.00 ms | 5.00 ms |",
 		"+2.00 ms",                              // added p50 over no ext_authz
@@ -133,29 +129,6 @@ func TestMarkdown(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("BENCHMARKS.md lacks %q", want)
 		}
-	}
-}
-
-func TestSVGIsWellFormed(t *testing.T) {
-	svg := SVG(sample())
-	d := xml.NewDecoder(strings.NewReader(string(svg)))
-	rects := 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not XML: %v", err)
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
-			rects++
-		}
-	}
-	// The background, two bars per server per concurrency and per mode,
-	// and a legend square per colour.
-	if want := 1 + 2*(3*3+3) + 4; rects != want {
-		t.Fatalf("%d rects, want %d", rects, want)
 	}
 }
 
@@ -185,7 +158,7 @@ func delivery() Delivery {
 func TestDeliverySection(t *testing.T) {
 	r := sample()
 	r.Delivery = delivery()
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r)
 	for _, want := range []string{
 		"## tools/list through the response path",
 		"`testbed/cmd/mcpfixture -mode json,tools=225`", "grants it 12", "`discovery: {bind: catalog}`",
@@ -206,7 +179,7 @@ func TestDeliverySection(t *testing.T) {
 	if tg := target(t, r, TargetDelivery); tg.Status != Met {
 		t.Errorf("delivery: %+v", tg)
 	}
-	if md := string(Markdown(sample(), "x.svg")); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
+	if md := markdown(t, sample()); !strings.Contains(md, "## tools/list through the response path\n\nNot run.\n") {
 		t.Error("a run without the delivery step does not say so")
 	}
 }
@@ -222,7 +195,7 @@ func TestDeliveryCPU(t *testing.T) {
 	}
 	r.Delivery.WithoutCPU = cpu(800*time.Microsecond, 750*time.Microsecond, 3200*time.Microsecond, 1500*time.Microsecond)
 	r.Delivery.WithCPU = cpu(1300*time.Microsecond, 2100*time.Microsecond, 3500*time.Microsecond, 400*time.Microsecond)
-	mustContain(t, string(Markdown(r, "x.svg")),
+	mustContain(t, markdown(t, r),
 		"### Where a listing's CPU goes",
 		"| mode | Envoy | capsnap | mcpfixture | the load | all |",
 		"| without the response path | 800 µs | 750 µs | 3.20 ms | 1.50 ms | 6.25 ms |",
@@ -230,7 +203,7 @@ func TestDeliveryCPU(t *testing.T) {
 		"| added by the response path | +500 µs | +1.35 ms | +300 µs | −1.10 ms | +1.05 ms |",
 	)
 	r.Delivery.WithCPU = nil
-	if md := string(Markdown(r, "x.svg")); strings.Contains(md, "Where a listing's CPU goes") {
+	if md := markdown(t, r); strings.Contains(md, "Where a listing's CPU goes") {
 		t.Error("a CPU table without the figures of both Envoys")
 	}
 }
@@ -251,14 +224,14 @@ func TestEnvoyCPU(t *testing.T) {
 	for i := range r.Envoy {
 		r.Envoy[i].CPU = byProcess[r.Envoy[i].Mode]
 	}
-	mustContain(t, string(Markdown(r, "x.svg")),
+	mustContain(t, markdown(t, r),
 		"### Where a call's CPU goes",
 		"| mode | Envoy | billing | the authorizer | the load | all |",
 		"| "+ModeNone+" | 200 µs | 450 µs | – | 220 µs | 870 µs |",
 		"| "+ModeCapsnap+" | 390 µs | 460 µs | 160 µs | 240 µs | 1.25 ms |",
 		"| capsnap − floor | +60 µs | −10 µs | +50 µs | +10 µs | +110 µs |",
 	)
-	if md := string(Markdown(sample(), "x.svg")); strings.Contains(md, "Where a call's CPU goes") {
+	if md := markdown(t, sample()); strings.Contains(md, "Where a call's CPU goes") {
 		t.Error("a CPU table without figures")
 	}
 }
@@ -305,7 +278,7 @@ func withStore(r *Results) *Results {
 
 func TestStoreSections(t *testing.T) {
 	r := withStore(sample())
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r)
 	for _, want := range []string{
 		"## Shared snapshot store (issue 15): figures, no targets",
 		"| the allowed Check on the Redis store, snapshot held | `BenchmarkCheckStore/redis`",
@@ -332,7 +305,7 @@ func TestStoreSections(t *testing.T) {
 	if tg := target(t, r, TargetMemory); !strings.Contains(tg.Measured, "Redis: 1028 B/snapshot → 0.96 GiB") {
 		t.Errorf("memory: %+v", tg)
 	}
-	md = string(Markdown(sample(), "x.svg"))
+	md = markdown(t, sample())
 	if strings.Contains(md, ModeRedis) || !strings.Contains(md, "| the allowed Check on the Redis store, snapshot held |") ||
 		!strings.Contains(md, "not run (memory store: not run)") {
 		t.Error("a run without the shared store's steps does not say so")
@@ -360,7 +333,7 @@ func TestEnvelopeSection(t *testing.T) {
 		bench("envelope", BenchGrantMint, map[string]float64{"ns/op": 140000, "allocs/op": 235}),
 		bench("envelope", BenchGrantSeal, map[string]float64{"ns/op": 2000, "allocs/op": 10}))
 	r.EnvelopeHeaderBytes, r.GrantEnvelopeHeaderBytes, r.GrantHeaderBytes = 612, 280, 1100
-	md := string(Markdown(r, "docs/benchmarks-latency.svg"))
+	md := markdown(t, r)
 	mustContain(t, md,
 		"## Signed envelope (issue 16)",
 		"| envelope off | 7.00 µs | 2000 | 22 |",
@@ -379,14 +352,24 @@ func TestEnvelopeSection(t *testing.T) {
 		"signed whole, the envelope adds +40 µs at c=1, +40 µs at c=16, +40 µs at c=64 of server CPU per allowed Check, and capsnap with it makes 0.89× at c=1, 0.89× at c=16, 0.89× at c=64 the Checks per second it makes without; under a grant, the envelope adds +10 µs at c=1",
 		"612 bytes of JWS in this run signed whole; under a grant, 280 bytes of envelope and 1,100 of grant.",
 	)
-	// The main tables and the chart stay capsnap, the floor and OPA.
+	// The main tables stay capsnap, the floor and OPA.
 	if strings.Contains(md, "| concurrency | capsnap | floor (noop) | OPA-Envoy | capsnap + envelope") {
 		t.Error("the envelope's capsnap is in the main gRPC tables")
 	}
-	md = string(Markdown(sample(), "x.svg"))
+	md = markdown(t, sample())
 	if !strings.Contains(md, "### In process (`BenchmarkCheckEnvelope`, `decide`)\n\nNot run") || !strings.Contains(md, "### Over gRPC\n\nNot run.\n") {
 		t.Error("a run without the envelope's figures does not say so")
 	}
+}
+
+// markdown is BENCHMARKS.md of r.
+func markdown(t *testing.T, r *Results) string {
+	t.Helper()
+	b, err := Markdown(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // mustContain fails t for each of wants that md lacks.
@@ -399,30 +382,11 @@ func mustContain(t *testing.T, md string, wants ...string) {
 	}
 }
 
-// The cross-check sets ghz's figures beside the load's, server by server
-// and as capsnap over the floor; without it, nothing names the section.
+// ghz no longer runs, and the report says why the load is not ghz and
+// why ghz is not run beside it.
 func TestGhzSection(t *testing.T) {
-	r := sample()
-	if md := string(Markdown(r, "chart.svg")); strings.Contains(md, "the-load-and-ghz") {
-		t.Fatal("a run without the cross-check links to it")
-	}
-	for i := range r.GRPC {
-		r.GRPC[i].ClientCPU = time.Duration(r.GRPC[i].Count) * 30 * time.Microsecond
-	}
-	r.GhzCrossCheck = []GRPCRun{
-		{Server: Capsnap, Concurrency: 64, Report: grpcload.Report{Count: 100, RPS: 450, P99: 800 * time.Microsecond, ClientCPU: 15 * time.Millisecond}, CPUPerCheck: 30 * time.Microsecond},
-		{Server: Floor, Concurrency: 64, Report: grpcload.Report{Count: 100, RPS: 900, P99: 400 * time.Microsecond, ClientCPU: 5 * time.Millisecond}, CPUPerCheck: 20 * time.Microsecond},
-	}
-	md := string(Markdown(r, "chart.svg"))
-	for _, want := range []string{
-		"[The load, and ghz](#the-load-and-ghz)", "### The load, and ghz",
-		"| capsnap | 450 | 800 µs | 30 µs | 150 µs | 900 | 400 µs | 20 µs | 30 µs |",
-		"| capsnap ÷ floor (noop) | 0.50× | 2.00× | 1.50× | 3.00× | 0.90× | 1.14× | 2.00× | 1.00× |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("BENCHMARKS.md lacks %q", want)
-		}
-	}
+	mustContain(t, markdown(t, sample()),
+		"See [The load, and ghz](#the-load-and-ghz)", "### The load, and ghz", "it no longer runs", "shares the 2 cores")
 }
 
 func TestRatioText(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package report holds what one make bench run measured, judges it against
-// the targets of issues 17 and 7, and renders it: BENCHMARKS.md, the latency chart
-// (SVG, by hand) and results.json.
+// the targets of issues 17 and 7, and renders it: BENCHMARKS.md and
+// results.json.
 package report
 
 import (
@@ -39,8 +39,7 @@ const (
 	ModeReplicas = "ext_authz → 2 capsnaps on Redis"
 )
 
-// StoreModes run in the same turns as Modes, after them; the chart leaves
-// them out.
+// StoreModes run in the same turns as Modes, after them.
 var StoreModes = []string{ModeRedis, ModeReplicas}
 
 // Results is one run of make bench.
@@ -49,15 +48,12 @@ type Results struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Machine Machine       `json:"machine"`
 	// Method holds the run's parameters, for the report's method section.
-	Method Method    `json:"method"`
-	GRPC   []GRPCRun `json:"grpc"`
-	// GhzCrossCheck is capsnap and the floor at the highest concurrency
-	// under ghz, the load GRPC's replaced.
-	GhzCrossCheck []GRPCRun        `json:"ghz_cross_check"`
-	Envoy         []EnvoyRun       `json:"envoy"`
-	Scale         []gobench.Result `json:"scale"`
-	HotPath       []gobench.Result `json:"hot_path"`
-	Invalidation  Invalidation     `json:"invalidation"`
+	Method       Method           `json:"method"`
+	GRPC         []GRPCRun        `json:"grpc"`
+	Envoy        []EnvoyRun       `json:"envoy"`
+	Scale        []gobench.Result `json:"scale"`
+	HotPath      []gobench.Result `json:"hot_path"`
+	Invalidation Invalidation     `json:"invalidation"`
 	// Delivery is tools/list through the response path, against the
 	// same Envoy without it.
 	Delivery Delivery `json:"delivery"`
@@ -111,7 +107,6 @@ type Machine struct {
 	Go      string `json:"go"`
 	Envoy   string `json:"envoy"`
 	OPA     string `json:"opa_envoy"`
-	Ghz     string `json:"ghz"`
 	Redis   string `json:"redis"`
 	Date    string `json:"date"`
 	LoadAvg string `json:"loadavg_at_start"`

@@ -50,6 +50,10 @@ const (
 	// Through the real Envoy, capsnap against the floor.
 	MinEnvoyRatio    = 0.95
 	MaxEnvoyAddedP99 = 500 * time.Microsecond
+	// MaxAddedListingP50 is what a tools/list of a 225-tool catalog
+	// through the response path may add to the p50 of the same Envoy
+	// without it.
+	MaxAddedListingP50 = time.Millisecond
 	// MaxFlatRatio is what "flat across catalog sizes" is taken to mean:
 	// a Check against 225 or 100,000 tools costs at most 1.5 times one
 	// against 10 (ns/op), which leaves room for a benchmark's noise on a
@@ -63,17 +67,9 @@ const (
 	MaxCheckAllocs = 40
 )
 
-// MaxAddedListingP50 is issue 17's target for the response path: a
-// tools/list of a 225-tool catalog through it adds at most this much to
-// the p50 of the same Envoy without it.
-const MaxAddedListingP50 = time.Millisecond
-
 // judgedAt are the concurrencies issue 17 judges the gRPC ratios at; at 1,
 // only CPU against the floor's.
 var judgedAt = []int{16, 64}
-
-// atJudged names judgedAt in the targets' thresholds.
-var atJudged = "at " + strings.ReplaceAll(ints(judgedAt), ", ", " and ") + " concurrent"
 
 // The Go benchmarks the targets read.
 const (
@@ -120,35 +116,35 @@ type Profile struct {
 // Evaluate judges r against every target: issue 17's, then those of
 // issue 7 it does not restate.
 func Evaluate(r *Results) []Target {
+	atJudged := "at " + strings.ReplaceAll(ints(judgedAt), ", ", " and ") + " concurrent"
 	return []Target{
-		perConcurrency(r, TargetThroughput, "capsnap's throughput against the floor's", MinThroughputRatio, true,
+		perConcurrency(r, Target{ID: TargetThroughput, Name: "capsnap's throughput against the floor's"}, MinThroughputRatio, true,
 			"the floor's "+atJudged, judgedAt, func(c, f, _ GRPCRun) float64 { return c.RPS / f.RPS }),
-		perConcurrency(r, TargetP99, "capsnap's p99 latency against the floor's", MaxP99Ratio, false,
+		perConcurrency(r, Target{ID: TargetP99, Name: "capsnap's p99 latency against the floor's"}, MaxP99Ratio, false,
 			"the floor's "+atJudged, judgedAt, func(c, f, _ GRPCRun) float64 { return float64(c.P99) / float64(f.P99) }),
-		perConcurrency(r, TargetCPU, "capsnap's CPU per Check against OPA-Envoy's", MaxCPURatio, false,
+		perConcurrency(r, Target{ID: TargetCPU, Name: "capsnap's CPU per Check against OPA-Envoy's"}, MaxCPURatio, false,
 			"OPA-Envoy's "+atJudged, judgedAt, func(c, _, o GRPCRun) float64 { return float64(c.CPUPerCheck) / float64(o.CPUPerCheck) }),
-		perConcurrency(r, TargetCPUFloor, "capsnap's CPU per Check against the floor's, alone", MaxCPUFloorRatio, false,
+		perConcurrency(r, Target{ID: TargetCPUFloor, Name: "capsnap's CPU per Check against the floor's, alone"}, MaxCPUFloorRatio, false,
 			"the floor's at concurrency 1", []int{1}, func(c, f, _ GRPCRun) float64 { return float64(c.CPUPerCheck) / float64(f.CPUPerCheck) }),
-		deployed(r.HotPath),
+		checkBudget(r.HotPath, Target{ID: TargetDeployed, Issue: 17, Name: "Go hot path: one allowed Check as deployed, on Redis (snapshot held) with the envelope under a grant (" + BenchCheckDeployed + ")"},
+			BenchCheckDeployed, MaxDeployedNs, MaxDeployedAllocs),
 		throughEnvoy(r),
 		DeliveryTarget(r.Delivery),
 		million(r),
 		flat(r.Scale),
 		invalidation(r.Invalidation),
-		budget(r.HotPath),
+		checkBudget(r.HotPath, Target{ID: TargetBudget, Issue: 7, Name: "Go hot path: one allowed Check (" + BenchCheckAllowed + ")"},
+			BenchCheckAllowed, MaxCheckNs, MaxCheckAllocs),
 	}
 }
 
-// perConcurrency judges a ratio of capsnap's run to the floor's and
-// OPA's at each concurrency against limit, a floor if atLeast, else a
-// ceiling; the target is met only if every one is. against says what the
-// ratio is to, in the threshold.
-func perConcurrency(r *Results, id, name string, limit float64, atLeast bool, against string, at []int, ratioOf func(capsnap, floor, opa GRPCRun) float64) Target {
-	sign := "≤"
-	if atLeast {
-		sign = "≥"
-	}
-	t := Target{ID: id, Issue: 17, Name: name, Threshold: fmt.Sprintf("%s %g× %s", sign, limit, against), Status: Met}
+// perConcurrency judges t, issue 17's ratio of capsnap's run to the
+// floor's and OPA's at each concurrency, against limit, a floor if
+// atLeast, else a ceiling; it is met only if every one is. against says
+// what the ratio is to, in the threshold.
+func perConcurrency(r *Results, t Target, limit float64, atLeast bool, against string, at []int, ratioOf func(capsnap, floor, opa GRPCRun) float64) Target {
+	sign := map[bool]string{true: "≥", false: "≤"}[atLeast]
+	t.Issue, t.Threshold, t.Status = 17, fmt.Sprintf("%s %g× %s", sign, limit, against), Met
 	var parts []string
 	for _, c := range at {
 		cs, ok1 := r.Run(Capsnap, c)
@@ -160,17 +156,10 @@ func perConcurrency(r *Results, id, name string, limit float64, atLeast bool, ag
 			continue
 		}
 		ratio := ratioOf(cs, fl, op)
-		met := ratio <= limit
-		if atLeast {
-			met = ratio >= limit
-		}
-		if !met && t.Status == Met {
+		if met := atLeast && ratio >= limit || !atLeast && ratio <= limit; !met && t.Status == Met {
 			t.Status = Missed
 		}
 		parts = append(parts, fmt.Sprintf("%s× at c=%d", ratioText(ratio, limit), c))
-	}
-	if len(parts) == 0 {
-		t.Status = NotRun
 	}
 	t.Measured = strings.Join(parts, ", ")
 	return t
@@ -190,16 +179,16 @@ func ratioText(ratio, limit float64) string {
 func flat(scale []gobench.Result) Target {
 	t := Target{ID: TargetFlat, Issue: 7, Name: "Check cost across catalog sizes (10, 225, 100,000 tools)",
 		Threshold: fmt.Sprintf("ns/op at 225 and 100,000 tools ≤ %.1f× at 10", MaxFlatRatio), Status: Met}
-	base, ok := gobench.Find(scale, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
-	if !ok {
-		return notRun(t, fmt.Sprintf(BenchCatalogSize, CatalogSizes[0]))
-	}
 	var parts []string
-	for _, n := range CatalogSizes[1:] {
-		name := fmt.Sprintf(BenchCatalogSize, n)
-		res, ok := gobench.Find(scale, name)
+	var base gobench.Result
+	for i, n := range CatalogSizes {
+		res, ok := gobench.Find(scale, fmt.Sprintf(BenchCatalogSize, n))
 		if !ok {
-			return notRun(t, name)
+			return notRun(t, fmt.Sprintf(BenchCatalogSize, n))
+		}
+		if i == 0 {
+			base = res
+			continue
 		}
 		ratio := res.Metrics["ns/op"] / base.Metrics["ns/op"]
 		if ratio > MaxFlatRatio {
@@ -222,25 +211,16 @@ func million(r *Results) Target {
 	}
 	name := fmt.Sprintf(BenchSnapshots, 1_000_000)
 	res, ok := gobench.Find(r.Scale, name)
-	per, has := res.Metrics["B/snapshot"]
-	if !ok || !has {
+	if per, has := res.Metrics["B/snapshot"]; !ok || !has {
 		t = notRun(t, name+" (B/snapshot)")
-		t.Measured += onRedis
-		return t
+	} else {
+		t.Measured = fmt.Sprintf("%.0f B/snapshot → %.2f GiB", per, per*1e6/(1<<30))
+		if per*1e6 >= MaxMillionSnapshots {
+			t.Status = Missed
+		}
 	}
-	total := per * 1e6
-	t.Measured = fmt.Sprintf("%.0f B/snapshot → %.2f GiB", per, total/(1<<30)) + onRedis
-	if total >= MaxMillionSnapshots {
-		t.Status = Missed
-	}
+	t.Measured += onRedis
 	return t
-}
-
-// deployed judges the in-process allowed Check as deployed: the Redis
-// store holding the snapshot, the envelope under a grant.
-func deployed(hot []gobench.Result) Target {
-	return checkBudget(hot, Target{ID: TargetDeployed, Issue: 17, Name: "Go hot path: one allowed Check as deployed, on Redis (snapshot held) with the envelope under a grant (" + BenchCheckDeployed + ")"},
-		BenchCheckDeployed, MaxDeployedNs, MaxDeployedAllocs)
 }
 
 // checkBudget judges one Go benchmark of the allowed Check against a
@@ -289,19 +269,14 @@ func invalidation(inv Invalidation) Target {
 	return t
 }
 
-func budget(hot []gobench.Result) Target {
-	return checkBudget(hot, Target{ID: TargetBudget, Issue: 7, Name: "Go hot path: one allowed Check (" + BenchCheckAllowed + ")"},
-		BenchCheckAllowed, MaxCheckNs, MaxCheckAllocs)
-}
-
 // DeliveryTarget is issue 17's target for the response path.
 func DeliveryTarget(d Delivery) Target {
-	t := Target{ID: TargetDelivery, Issue: 17, Name: fmt.Sprintf("added p50 of a tools/list through the response path (%d-tool catalog)", d.CatalogTools),
+	t := Target{ID: TargetDelivery, Issue: 17, Name: "added p50 of a tools/list through the response path",
 		Threshold: fmt.Sprintf("≤ %s", Dur(MaxAddedListingP50)), Status: Met}
 	if !d.Ran() {
-		t.Name = "added p50 of a tools/list through the response path"
 		return notRun(t, "listings")
 	}
+	t.Name += fmt.Sprintf(" (%d-tool catalog)", d.CatalogTools)
 	added := d.With.P50 - d.Without.P50
 	t.Measured = fmt.Sprintf("%s (p50 %s with, %s without)", signed(added), Dur(d.With.P50), Dur(d.Without.P50))
 	if added > MaxAddedListingP50 {

@@ -3,59 +3,55 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/capsnap/capsnap/bench/mcpload"
 	"github.com/capsnap/capsnap/bench/proc"
 	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/policy"
 )
 
-func TestWithoutExtAuthz(t *testing.T) {
-	out, err := withoutExtAuthz(envoy.Demo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(out)
-	if strings.Contains(s, "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n") || strings.Contains(s, "cluster_name: capsnap\n                timeout") {
-		t.Fatalf("the ext_authz filter is still there:\n%s", s)
-	}
-	for _, keep := range []string{"envoy.filters.http.router", "prefix: \"/billing/\"", "cluster: billing", "json_format"} {
-		if !strings.Contains(s, keep) {
-			t.Errorf("lost %q", keep)
+// Each filter goes, alone: the other HTTP filters, the routes and the
+// clusters stay.
+func TestWithoutFilter(t *testing.T) {
+	for _, tc := range []struct {
+		filter     string
+		gone, kept []string
+	}{
+		{extAuthzFilter, []string{"v3.ExtAuthz\n"}, []string{"name: " + extProcFilter, "envoy.filters.http.router", "prefix: /billing/", "cluster: billing", "json_format"}},
+		{extProcFilter, []string{"ExternalProcessor"}, []string{"name: " + extAuthzFilter, "envoy.filters.http.router", "server_id: billing", "cluster: billing"}},
+	} {
+		out, err := withoutFilter(envoy.Demo, tc.filter)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := withoutExtAuthz(out); err == nil {
-		t.Fatal("removed an ext_authz filter from a configuration without one")
-	}
-}
-
-func TestWithoutExtProc(t *testing.T) {
-	out, err := withoutExtProc(envoy.Demo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(out)
-	if strings.Contains(s, extProcFilter) || strings.Contains(s, "ExternalProcessor") {
-		t.Fatalf("the response path is still there:\n%s", s)
-	}
-	for _, keep := range []string{extAuthzFilter, "envoy.filters.http.router", "context_extensions: {server_id: billing}", "cluster: billing"} {
-		if !strings.Contains(s, keep) {
-			t.Errorf("lost %q", keep)
+		s := string(out)
+		for _, gone := range append(tc.gone, "name: "+tc.filter+"\n") {
+			if strings.Contains(s, gone) {
+				t.Errorf("without %s: %q is still there", tc.filter, gone)
+			}
 		}
-	}
-	if _, err := withoutExtProc(out); err == nil {
-		t.Fatal("removed an ext_proc filter from a configuration without one")
+		for _, keep := range tc.kept {
+			if !strings.Contains(s, keep) {
+				t.Errorf("without %s: lost %q", tc.filter, keep)
+			}
+		}
+		if _, err := withoutFilter(out, tc.filter); err == nil {
+			t.Errorf("removed %s from a configuration without one", tc.filter)
+		}
 	}
 }
 
 func TestWithEndpoints(t *testing.T) {
-	out, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9011"})
+	out, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9001", "127.0.0.1:9011"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +94,8 @@ func TestWithEndpoints(t *testing.T) {
 	if !slices.Equal(ports["capsnap"], []int{9001, 9011}) || !slices.Equal(ports["billing"], []int{8081}) {
 		t.Fatalf("endpoints %v", ports)
 	}
-	if _, err := withEndpoints(out, []string{"127.0.0.1:9021"}); err == nil {
-		t.Fatal("added to a capsnap cluster that already has two endpoints")
+	if _, err := withEndpoints(envoy.Demo, []string{"127.0.0.1:9021", "127.0.0.1:9011"}); err == nil {
+		t.Fatal("added to an endpoint the capsnap cluster does not have")
 	}
 }
 
@@ -153,27 +149,64 @@ func TestCheckRequestCarriesTheBody(t *testing.T) {
 	}
 }
 
-// go tool pprof -top -cum's text, as it prints it.
-const pprofTop = `File: capsnap
-Type: cpu
-Duration: 3s, Total samples = 1.44s (47.99%)
-Showing nodes accounting for 1.44s, 100% of 1.44s total
-      flat  flat%   sum%        cum   cum%
-         0     0%     0%      0.98s 68.06%  google.golang.org/grpc.(*Server).handleStream
-     0.01s  0.69%  0.69%      0.38s 26.39%  github.com/capsnap/capsnap/extauthz.(*Server).Check
-         0     0%  0.69%      0.30s 20.83%  google.golang.org/grpc.(*serverStream).RecvMsg
-         0     0%  0.69%      0.20s 13.89%  google.golang.org/grpc.(*serverStream).SendMsg
-         0     0%  0.69%      0.08s  5.56%  github.com/capsnap/capsnap/audit.(*Writer).flush
-     0.01s  0.69%  1.38%       10ms  0.69%  runtime.nextFreeFast (inline)
-`
-
-func TestParseTopAndSplit(t *testing.T) {
-	total, cum, err := parseTop(pprofTop)
+// cpuProfile writes a CPU profile of stacks, each a sample of its time
+// and its frames from the leaf; a frame of several functions is one
+// location's inlined calls.
+func cpuProfile(t *testing.T, stacks []struct {
+	d      time.Duration
+	frames [][]string
+}) string {
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}}
+	funcs := map[string]*profile.Function{}
+	for _, st := range stacks {
+		s := &profile.Sample{Value: []int64{1, int64(st.d)}}
+		for _, frame := range st.frames {
+			loc := &profile.Location{ID: uint64(len(p.Location) + 1)}
+			for _, name := range frame {
+				if funcs[name] == nil {
+					funcs[name] = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
+					p.Function = append(p.Function, funcs[name])
+				}
+				loc.Line = append(loc.Line, profile.Line{Function: funcs[name]})
+			}
+			p.Location = append(p.Location, loc)
+			s.Location = append(s.Location, loc)
+		}
+		p.Sample = append(p.Sample, s)
+	}
+	file := filepath.Join(t.TempDir(), "cpu.pprof")
+	f, err := os.Create(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total != 1440*time.Millisecond || cum["github.com/capsnap/capsnap/extauthz.(*Server).Check"] != 380*time.Millisecond ||
-		cum["runtime.nextFreeFast"] != 10*time.Millisecond {
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestCumulativeAndSplit(t *testing.T) {
+	const handle = "google.golang.org/grpc.(*Server).handleStream"
+	check, flush, recv, send := cpuParts[0].fn, cpuParts[1].fn, cpuParts[2].fn, cpuParts[3].fn
+	ms := time.Millisecond
+	file := cpuProfile(t, []struct {
+		d      time.Duration
+		frames [][]string
+	}{
+		// Check twice on one stack (a recursion) counts once; an inlined
+		// call counts as its function.
+		{300 * ms, [][]string{{"runtime.nextFreeFast", "runtime.mallocgc"}, {check}, {check}, {handle}}},
+		{80 * ms, [][]string{{"syscall.write"}, {flush}, {check}, {handle}}},
+		{300 * ms, [][]string{{recv}, {handle}}},
+		{200 * ms, [][]string{{send}, {handle}}},
+		{560 * ms, [][]string{{"runtime.findRunnable"}}},
+	})
+	total, cum, err := cumulative(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 1440*ms || cum[check] != 380*ms || cum[handle] != 880*ms || cum["runtime.nextFreeFast"] != 300*ms {
 		t.Fatalf("total %v, cum %v", total, cum)
 	}
 	// 1.44 s of samples over 1000 Checks: 1.44 ms each, of which the
@@ -190,8 +223,8 @@ func TestParseTopAndSplit(t *testing.T) {
 			t.Errorf("%s: %v, want %v", part, got[part], d)
 		}
 	}
-	if _, _, err := parseTop("File: capsnap\n"); err == nil {
-		t.Error("a text without samples parsed")
+	if _, _, err := cumulative(cpuProfile(t, nil)); err == nil {
+		t.Error("a profile without samples read")
 	}
 }
 
@@ -238,6 +271,36 @@ func TestCPUTally(t *testing.T) {
 
 // Every server or mode takes as many turns as the others, in order and
 // then back, so that the turns of each are spread over the whole step.
+// Contenders take their turns in turn order, each summed up over its own
+// turns; a failed turn ends them.
+func TestTakeTurns(t *testing.T) {
+	var order []int
+	tallies := []*cpuTally{newCPUTally(theLoad()), newCPUTally(theLoad())}
+	res, err := takeTurns(tallies, func(i int) (mcpload.Sample, int, error) {
+		order = append(order, i)
+		return mcpload.Sample{Latencies: []time.Duration{time.Duration(i+1) * time.Millisecond}, Elapsed: time.Second}, 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(order, turnOrder(2)) {
+		t.Fatalf("turns %v, want %v", order, turnOrder(2))
+	}
+	for i, samples := range res {
+		r := mcpload.Summarize(samples...)
+		if r.Calls != turns || r.P50 != time.Duration(i+1)*time.Millisecond || r.Elapsed != turns*time.Second || tallies[i].calls != turns {
+			t.Errorf("contender %d: %+v, %d calls tallied", i, r, tallies[i].calls)
+		}
+	}
+	n := 0
+	if _, err := takeTurns(tallies, func(int) (mcpload.Sample, int, error) {
+		n++
+		return mcpload.Sample{}, 0, fmt.Errorf("refused")
+	}); err == nil || n != 1 {
+		t.Fatalf("a failed turn: %v after %d turns", err, n)
+	}
+}
+
 func TestTurnOrder(t *testing.T) {
 	for _, tc := range []struct {
 		n    int

