@@ -72,7 +72,7 @@ func BenchmarkCheckDrift(b *testing.B) {
 func BenchmarkMint(b *testing.B) {
 	// Room for every snapshot the benchmark mints: a full store refuses
 	// new ones (ristretto's admission), which is measured elsewhere.
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 200_000})
+	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1_000_000})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func BenchmarkCheckStore(b *testing.B) {
 	b.Run("memory_fresh", func(b *testing.B) {
 		f := packFixture(b, discardAudit, func(o *Options) {
 			// Room for every snapshot minted, as in BenchmarkMint.
-			store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 200_000, Retain: o.SnapshotTTL, Now: o.Now})
+			store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1_000_000, Retain: o.SnapshotTTL, Now: o.Now})
 			if err != nil {
 				b.Fatal(err)
 			}
