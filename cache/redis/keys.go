@@ -3,8 +3,6 @@ package redis
 import (
 	"strconv"
 	"strings"
-
-	"github.com/capsnap/capsnap/cache"
 )
 
 // Layout names the keys a store writes under its prefix. Every key carries
@@ -62,13 +60,39 @@ func (l Layout) Calls(epoch string) string { return l.key("calls", epoch, "") }
 // session). The tag is self-delimiting (length-prefixed), so the session
 // after it makes the key unambiguous.
 func (l Layout) Latest(principal, serverID, session string) string {
-	return l.key("latest", cache.AnySessionKey(principal, serverID), session)
+	return l.pointerKey("latest", principal, serverID, session)
 }
 
 // AnySession is the key of the newest-snapshot pointer of (principal,
 // server) in any session.
 func (l Layout) AnySession(principal, serverID string) string {
-	return l.key("any", cache.AnySessionKey(principal, serverID), "")
+	return l.pointerKey("any", principal, serverID, "")
+}
+
+// pointerKey is key(kind, cache.AnySessionKey(principal, serverID), rest)
+// made in one allocation: every tools/call reads a pointer.
+func (l Layout) pointerKey(kind, principal, serverID, rest string) string {
+	var pn, sn, tn [20]byte
+	p := strconv.AppendInt(pn[:0], int64(len(principal)), 10)
+	s := strconv.AppendInt(sn[:0], int64(len(serverID)), 10)
+	tagLen := len(p) + 1 + len(principal) + len(s) + 1 + len(serverID)
+	t := strconv.AppendInt(tn[:0], int64(tagLen), 10)
+	var b strings.Builder
+	b.Grow(len(l.Prefix) + len(kind) + 2 + len(t) + 1 + tagLen + 1 + len(rest))
+	b.WriteString(l.Prefix)
+	b.WriteString(kind)
+	b.WriteString(":{")
+	b.Write(t)
+	b.WriteByte(':')
+	b.Write(p)
+	b.WriteByte(':')
+	b.WriteString(principal)
+	b.Write(s)
+	b.WriteByte(':')
+	b.WriteString(serverID)
+	b.WriteByte('}')
+	b.WriteString(rest)
+	return b.String()
 }
 
 // Redeemed is the key of a listing ticket's redemption.
