@@ -149,17 +149,25 @@ const idBytes = 16
 
 // NewID returns a new request ID: 128 bits from crypto/rand, URL-safe
 // base64 without padding (22 characters).
+//
+// An id never starts with '-': an approver pastes it into a command line
+// (capsnap approvals approve ID), where it would read as a flag. Drawing
+// again then costs a sixty-fourth of the ids, under 0.03 of a bit.
 func NewID() string {
 	var b [idBytes]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 // ValidID reports whether id has the form NewID makes, so that a forged
 // one is refused before any store is asked.
 func ValidID(id string) bool {
 	b, err := base64.RawURLEncoding.Strict().DecodeString(id)
-	return err == nil && len(b) == idBytes
+	return err == nil && len(b) == idBytes && id[0] != '-'
 }
 
 // Approver is a person as their verified token names them.

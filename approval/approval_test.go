@@ -53,14 +53,16 @@ func TestBindingKey(t *testing.T) {
 
 func TestIDs(t *testing.T) {
 	seen := map[string]bool{}
-	for range 1000 {
+	// A sixty-fourth of raw ids would start with '-': thousands of draws
+	// would meet one.
+	for range 5000 {
 		id := approval.NewID()
-		if !approval.ValidID(id) || len(id) != 22 || seen[id] {
-			t.Fatalf("NewID = %q: invalid or repeated", id)
+		if !approval.ValidID(id) || len(id) != 22 || seen[id] || id[0] == '-' {
+			t.Fatalf("NewID = %q: invalid, repeated, or a command-line flag", id)
 		}
 		seen[id] = true
 	}
-	for _, id := range []string{"", "short", "AAAAAAAAAAAAAAAAAAAAAA=", "AAAAAAAAAAAAAAAAAAAAA+", "AAAAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAB"} {
+	for _, id := range []string{"", "short", "-AAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAA=", "AAAAAAAAAAAAAAAAAAAAA+", "AAAAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAB"} {
 		if approval.ValidID(id) {
 			t.Errorf("ValidID(%q)", id)
 		}
