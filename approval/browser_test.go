@@ -1,74 +1,27 @@
 package approval_test
 
 import (
-	"context"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/capsnap/capsnap/approval"
+	chrome "github.com/capsnap/capsnap/testbed/browser"
 )
-
-// ChromiumEnv names the Chromium binary the browser tests drive. `make
-// unit` sets it; plain `go test` leaves it unset, and they are skipped.
-const ChromiumEnv = "CAPSNAP_CHROMIUM"
-
-// ArtifactsEnv names the directory the browser tests leave their
-// screenshots in; a test's temporary directory if unset.
-const ArtifactsEnv = "CAPSNAP_ARTIFACTS"
-
-// chromium returns the Chromium binary, skipping t when $CAPSNAP_CHROMIUM
-// is unset and failing it when it names nothing that runs: under `make
-// unit` a missing Chromium is a failure, never a skip.
-func chromium(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv(ChromiumEnv)
-	if bin == "" {
-		t.Skipf("$%s is unset: this test needs a real Chromium (make unit installs and sets it)", ChromiumEnv)
-	}
-	if _, err := exec.LookPath(bin); err != nil {
-		t.Fatalf("$%s=%s: %v", ChromiumEnv, bin, err)
-	}
-	return bin
-}
-
-func artifacts(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv(ArtifactsEnv)
-	if dir == "" {
-		return t.TempDir()
-	}
-	dir = filepath.Join(dir, "approval")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // A person approves and denies on the page in a real headless Chromium,
 // signed in with the token from the link: the arguments, markup and all,
 // are shown as text; Approve approves and Deny denies, in the store; and
 // a form whose CSRF token is gone decides nothing.
 func TestInBrowser(t *testing.T) {
-	bin := chromium(t)
-	shots := artifacts(t)
+	b := chrome.Start(t, "approval", false)
 	p := newIDP(t, "k1")
 	e := newEnv(t, p.authenticator(t))
 	token := p.sign(t, "oncall@acme.example", nil)
 
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1000, 1100))...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
+	ctx := b.Ctx
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, steps...); err != nil {
@@ -83,18 +36,7 @@ func TestInBrowser(t *testing.T) {
 		}
 		return s
 	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(shots, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", path)
-	}
+	shot := func(name string) { b.Screenshot(t, name) }
 
 	// Approve, from the link a denial would carry, with the token added.
 	r := e.open(t, "sha256:approve")

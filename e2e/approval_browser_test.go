@@ -3,20 +3,16 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/capsnap/capsnap/testbed"
+	"github.com/capsnap/capsnap/testbed/browser"
 )
 
 // TestApprovalInBrowser is the whole loop through the real Envoy and a
@@ -26,17 +22,7 @@ import (
 // second retry and a changed amount are each denied again. Screenshots of
 // the page are kept in $CAPSNAP_ARTIFACTS/e2e-approval.
 func TestApprovalInBrowser(t *testing.T) {
-	bin := os.Getenv("CAPSNAP_CHROMIUM")
-	if _, err := exec.LookPath(bin); bin == "" || err != nil {
-		t.Fatalf("CAPSNAP_CHROMIUM=%q: %v; run `make e2e`, which installs Debian's chromium and sets it", bin, err)
-	}
-	shots := filepath.Join(os.Getenv("CAPSNAP_ARTIFACTS"), "e2e-approval")
-	if os.Getenv("CAPSNAP_ARTIFACTS") == "" {
-		shots = t.TempDir()
-	}
-	if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	b := browser.Start(t, "e2e-approval", true)
 	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
 	const agent = "spiffe://acme/agent/browser"
 	deliveryRawListAs(t, s, agent)
@@ -69,23 +55,7 @@ func TestApprovalInBrowser(t *testing.T) {
 		t.Fatalf("a refund of 150: %s", body)
 	}
 
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1000, 1100))...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(shots, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, shot := b.Ctx, func(name string) { b.Screenshot(t, name) }
 	if err := chromedp.Do(ctx, chromedp.Navigate(link+"?token="+url.QueryEscape(testbed.ApproverToken)), chromedp.WaitVisible(chromedp.ID("approve"))); err != nil {
 		t.Fatalf("open %s: %v", link, err)
 	}
