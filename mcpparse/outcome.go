@@ -31,31 +31,35 @@ func Failed(content []byte, sse bool, id json.RawMessage, maxDepth int) (answere
 	return false, false
 }
 
-// failedIn is Failed for one JSON document, a message or a batch.
+// failedIn is Failed for one JSON document, a message or a batch: its
+// responses as a tools/list response's are read (responses), the call's
+// by its id as clients match it (sameResponseID).
 func failedIn(doc []byte, id json.RawMessage, maxDepth int) (answered, failed bool) {
 	if len(id) == 0 || checkJSON(doc, depthLimit(maxDepth), true) != nil {
 		return false, false
 	}
-	doc = trimValue(doc)
-	msgs := []json.RawMessage{doc}
-	if doc[0] == '[' {
-		if json.Unmarshal(doc, &msgs) != nil {
-			return false, false
-		}
+	resps, err := responses(trimValue(doc))
+	if err != nil {
+		return false, false
 	}
-	for _, m := range msgs {
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(m, &fields) != nil || !bytes.Equal(trimValue(fields["id"]), trimValue(id)) {
+	for i := range resps {
+		a := &resps[i]
+		if a.id == nil {
 			continue
 		}
-		if _, isErr := fields["error"]; isErr {
+		if same, err := sameResponseID(a.id, id); err != nil || !same {
+			continue
+		}
+		if a.errorObj != nil {
 			return true, true
 		}
-		var result map[string]json.RawMessage
-		if json.Unmarshal(fields["result"], &result) != nil {
-			return true, false
+		for _, m := range a.list.members {
+			var buf [64]byte
+			if string(nameOf(&buf, m.name)) == "isError" {
+				return true, string(m.value) == "true"
+			}
 		}
-		return true, bytes.Equal(trimValue(result["isError"]), []byte("true"))
+		return true, false
 	}
 	return false, false
 }
