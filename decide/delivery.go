@@ -184,6 +184,28 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 	return out
 }
 
+// Aborted records a tools/list's own answer that came back through the
+// response path with ticket and ended before its body did: the server
+// reset it mid-listing, and Envoy ended the exchange with no body for
+// Deliver. Nothing was delivered, so nothing is pinned; the ticket is
+// redeemed, so the listing is not taken for one whose response path is
+// missing (capsnap_delivery_unbound_total); and it is audited and counted
+// as what it is, upstream_aborted.
+func (s *Server) Aborted(ticket string, head ResponseHead) {
+	start := s.now()
+	d := &decision{now: start, Outcome: Outcome{Method: "tools/list"}, phase: "response"}
+	l, err := s.open(ticket, start)
+	if err != nil {
+		d.Denial = deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
+	} else {
+		d.Principal, d.ServerID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
+		s.unbound.redeemed(l.ServerID, ticket, start)
+		d.Denial = deny.Errorf(deny.UpstreamAborted, "the server's tools/list answer (HTTP %d) ended before its body did: nothing was delivered, and nothing pinned", head.Status)
+	}
+	d.observed = s.observe[d.ServerID]
+	s.recordDelivery(d, &Delivery{}, s.now().Sub(start))
+}
+
 // epochHeaders tell the agent the snapshot a listing minted.
 func epochHeaders(snap *cache.Snapshot) [][2]string {
 	return [][2]string{

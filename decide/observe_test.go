@@ -118,7 +118,7 @@ func TestObserveScreen(t *testing.T) {
 		server  string
 		changed bool
 	}{{"billing", false}, {"payments", true}} {
-		got := f.Screen(tt.server, okJSON, listing)
+		got := f.Screen(tt.server, okJSON, listing).Content
 		if changed := !bytes.Equal(got, listing); changed != tt.changed {
 			t.Errorf("%s: changed %v, want %v: %s", tt.server, changed, tt.changed, got)
 		}

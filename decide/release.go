@@ -57,8 +57,13 @@ func (s *Server) Settle(ticket string, head ResponseHead, content []byte) bool {
 	if err := openWith(s.releaseKey, "release", ticket, &r); err != nil || now.Unix() > r.Expires {
 		return true
 	}
-	sse, _ := mcpparse.MessageMediaType(head.ContentType)
-	answered, failed := mcpparse.Failed(content, sse, r.ID, s.limits.MaxDepth)
+	framing := mcpparse.FramingOf(head.ContentType)
+	if framing == mcpparse.FramingOther {
+		// Read as no client reads it alike: the reservation stands, the
+		// safe direction.
+		return true
+	}
+	answered, failed := mcpparse.Failed(content, framing == mcpparse.FramingSSE, r.ID, s.limits.MaxDepth)
 	if !answered || !failed {
 		return answered
 	}

@@ -1,55 +1,138 @@
 package decide
 
 import (
+	"strconv"
+
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 )
+
+// Screened is the decision on content of an answer that is not a
+// tools/list's own.
+type Screened struct {
+	// Content goes on in content's place: content itself, byte for byte,
+	// when nothing in it is withheld.
+	Content []byte
+	// Withheld counts what was withheld: each listing, or the answer.
+	Withheld int
+	// Whole says the answer is withheld whole: Content is then the
+	// JSON-RPC error that answers in its place, as application/json with
+	// HTTP status 502, wherever the adapter can still set the headers.
+	Whole bool
+}
 
 // Screen is the response path of every answer that is not a tools/list's
 // own: a tools/call's, the GET event stream, a stream resumed with
 // Last-Event-ID, a batch's. A client takes any response on any stream for
 // the answer to its pending request of the same id, so a server could
 // deliver a listing on one of them that no ticket binds and no snapshot
-// pins. content is whole JSON-RPC content of such a response, as the
-// adapter reads it: a JSON body, or whole events of an event stream.
-// Screen returns it as it is, or with each listing in it withheld: replaced
-// by a JSON-RPC error for its id, audited and counted (listing_unbound).
-// Everything else (results, errors, the server's requests and
-// notifications, a body no client reads as JSON-RPC) passes byte for byte.
-// A compressed body a client would read as JSON-RPC cannot be screened, and
-// is withheld whole, whatever content is.
+// pins. content is whole content of such an answer, as the adapter reads
+// it by the answer's framing (mcpparse.FramingOf): a JSON body whole,
+// whole events of an event stream, any other body whole.
+//
+// Screen reads content as every client would, or withholds it. Each
+// listing in a JSON body or an event is replaced by a JSON-RPC error for
+// its id (listing_unbound). A body of any other framing (JSON and event
+// streams that clients read differently, another charset, a type no
+// client names) is withheld whole (malformed_response) if any client's
+// reading of it could name tools, and passes byte for byte otherwise, as
+// an HTML 502 or a plain-text error page does. Every withholding is
+// audited and counted; an adapter counts an answer that passes whole
+// with Passed.
 //
 // On a server in config.ModeObserve, what would be withheld is audited and
 // counted, and the content passes as the server sent it.
-func (s *Server) Screen(serverID string, head ResponseHead, content []byte) []byte {
-	screened := s.screen(serverID, head, content)
+func (s *Server) Screen(serverID string, head ResponseHead, content []byte) Screened {
+	out := s.screen(serverID, head, content)
 	if s.observe[serverID] {
-		return content
+		return Screened{Content: content}
 	}
-	return screened
+	return out
 }
 
-func (s *Server) screen(serverID string, head ResponseHead, content []byte) []byte {
-	withhold := func(id []byte, why string) []byte {
-		start := s.now()
-		d := &decision{now: start, phase: "response", id: id, observed: s.observe[serverID], Outcome: Outcome{
-			Method: "tools/list", ServerID: serverID,
-			Denial: deny.Errorf(deny.ListingUnbound, "%s: capsnap cannot pin what it would deliver; list tools again", why),
-		}}
-		s.recordDelivery(d, &Delivery{}, s.now().Sub(start))
-		return d.errorJSON()
-	}
+func (s *Server) screen(serverID string, head ResponseHead, content []byte) Screened {
 	unbound := func(id []byte) []byte {
-		return withhold(id, "a tools/list result came on a stream that is not its own request's answer")
+		return s.withholdAnswer(serverID, id, deny.Errorf(deny.ListingUnbound,
+			"a tools/list result came on a stream that is not its own request's answer: capsnap cannot pin what it would deliver; list tools again"))
 	}
-	sse, messages := mcpparse.MessageMediaType(head.ContentType)
+	framing := mcpparse.FramingOf(head.ContentType)
+	var out []byte
 	switch {
-	case !messages:
-		return content
 	case mcpparse.Encoded(head.ContentEncoding):
-		return withhold(nil, "a "+head.ContentEncoding+"-encoded answer, which could hold a tools/list result capsnap cannot read")
-	case sse:
-		return mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)
+		return s.withheldWhole(serverID, deny.Errorf(deny.MalformedResponse,
+			"a %s-encoded answer, which a client decompresses and could read a tools/list result in: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding))
+	case framing == mcpparse.FramingSSE:
+		out = mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)
+	case framing == mcpparse.FramingJSON:
+		out = mcpparse.WithholdListings(content, s.limits.MaxDepth, unbound)
+	case mcpparse.OtherMayName(head.ContentType, content, "tools"):
+		return s.withheldWhole(serverID, deny.Errorf(deny.MalformedResponse,
+			"an answer of Content-Type %q, which MCP clients read differently (as JSON, as an event stream, in another charset), could hold a tools/list result: it is withheld whole", head.ContentType))
+	default:
+		return Screened{Content: content}
 	}
-	return mcpparse.WithholdListings(content, s.limits.MaxDepth, unbound)
+	if len(out) == len(content) && string(out) == string(content) {
+		return Screened{Content: content}
+	}
+	return Screened{Content: out, Withheld: 1}
+}
+
+// Oversized withholds whole the event (or the body) of an answer that is
+// not a tools/list's own which outgrew discovery.max_response_bytes before
+// it ended: capsnap cannot screen what it cannot hold, and passes none of
+// it. The error that takes its place is one event of the stream for an
+// event stream, the body for a JSON one, and the whole answer (Whole) for
+// any other framing.
+func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
+	framing := mcpparse.FramingOf(head.ContentType)
+	what := "an answer"
+	if framing == mcpparse.FramingSSE {
+		what = "an event"
+	}
+	body := s.withholdAnswer(serverID, nil, deny.Errorf(deny.MalformedResponse,
+		"%s over discovery.max_response_bytes %s, which capsnap cannot screen whole: it is withheld, none of it passed", what, strconv.Itoa(s.maxResponse)))
+	if s.observe[serverID] {
+		// An observed server's answer passes unscreened; the withholding
+		// is audited and counted, and the adapter passes the rest.
+		return Screened{}
+	}
+	switch framing {
+	case mcpparse.FramingSSE:
+		return Screened{Content: sseEvent(body), Withheld: 1}
+	case mcpparse.FramingJSON:
+		return Screened{Content: body, Withheld: 1}
+	}
+	return Screened{Content: body, Withheld: 1, Whole: true}
+}
+
+// Passed counts an answer that is not a tools/list's own and passed whole,
+// nothing in it withheld: with Screen's withholdings, every answer to a
+// request capsnap decided is counted (capsnap_deliveries_total).
+func (s *Server) Passed(serverID string) {
+	if s.metrics != nil {
+		s.metrics.deliveries.WithLabelValues(s.serverLabel(serverID), "passed").Inc()
+	}
+}
+
+func (s *Server) withheldWhole(serverID string, why *deny.Error) Screened {
+	return Screened{Content: s.withholdAnswer(serverID, nil, why), Withheld: 1, Whole: true}
+}
+
+// withholdAnswer audits and counts one withholding on the response path, and
+// returns the JSON-RPC error for id (null if nil) that takes its place.
+func (s *Server) withholdAnswer(serverID string, id []byte, why *deny.Error) []byte {
+	start := s.now()
+	d := &decision{now: start, phase: "response", id: id, observed: s.observe[serverID], Outcome: Outcome{
+		Method: "tools/list", ServerID: serverID, Denial: why,
+	}}
+	s.recordDelivery(d, &Delivery{}, s.now().Sub(start))
+	return d.errorJSON()
+}
+
+// sseEvent is data, one JSON message, as one event of an event stream.
+func sseEvent(data []byte) []byte {
+	out := make([]byte, 0, len(data)+len("event: message\ndata: \n\n"))
+	out = append(out, "event: message\ndata: "...)
+	out = append(out, data...)
+	return append(out, "\n\n"...)
 }

@@ -24,7 +24,7 @@ func BenchmarkScreen(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if out := f.Screen("billing", head, c.body); len(out) != len(c.body) {
+				if out := f.Screen("billing", head, c.body).Content; len(out) != len(c.body) {
 					b.Fatalf("screened %q", out)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -20,6 +21,7 @@ func TestScreen(t *testing.T) {
 		callText = `{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"the tools you have"}]}}`
 		sse      = "text/event-stream"
 	)
+	const malformed = `{"jsonrpc":"2.0","id":null,"error":{"code":-31000,"message":"capsnap denied the request: malformed_response"`
 	withheldFor := func(id string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-31000,"message":"capsnap denied the request: listing_unbound"`
 	}
@@ -30,12 +32,15 @@ func TestScreen(t *testing.T) {
 		want        []string // substrings of the result, in order; nil: unchanged
 		withheld    int
 		notIncluded string
+		// whole says the answer is withheld whole, malformed_response.
+		whole bool
 	}{
 		{name: "a call's result naming tools in its text", head: okJSON, content: callText},
 		{name: "a notification", head: ResponseHead{Status: 200, ContentType: sse},
 			content: "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"},
 		{name: "an error", head: okJSON, content: `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`},
 		{name: "not JSON-RPC by its type", head: ResponseHead{Status: 200, ContentType: "text/html"}, content: listing},
+		{name: "an HTML page with no event in it", head: ResponseHead{Status: 502, ContentType: "text/html"}, content: "<p>no tools: data: none</p>"},
 		{name: "a listing on another request's JSON answer", head: okJSON, content: listing,
 			want: []string{withheldFor("7")}, withheld: 1, notIncluded: "ghost"},
 		{name: "a listing in a batch beside a call's result", head: okJSON, content: "[" + callText + " , " + listing + "]",
@@ -54,12 +59,25 @@ func TestScreen(t *testing.T) {
 		{name: "a truncated event naming tools", head: ResponseHead{Status: 200, ContentType: sse}, content: "data: " + listing,
 			want: []string{"event: message\ndata: " + withheldFor("null")}, withheld: 1, notIncluded: "ghost"},
 		{name: "compressed", head: ResponseHead{Status: 200, ContentType: jsonHead, ContentEncoding: "br"}, content: "\x1f",
-			want: []string{withheldFor("null")}, withheld: 1},
+			want: []string{malformed}, withheld: 1, whole: true},
+		// Framings that clients read differently are withheld whole.
+		{name: "JSON with an event stream named in a parameter", head: ResponseHead{Status: 200, ContentType: `application/json; profile="text/event-stream"`},
+			content: listing, want: []string{malformed}, withheld: 1, whole: true, notIncluded: "ghost"},
+		{name: "events in UTF-16", head: ResponseHead{Status: 200, ContentType: "text/event-stream; charset=utf-16le"},
+			content: utf16LE("data: " + listing + "\n\n"), want: []string{malformed}, withheld: 1, whole: true},
+		{name: "events as text/plain", head: ResponseHead{Status: 200, ContentType: "text/plain"},
+			content: "data: " + listing + "\n\n", want: []string{malformed}, withheld: 1, whole: true, notIncluded: "ghost"},
+		{name: "events with no content type", head: ResponseHead{Status: 200},
+			content: "data: " + listing + "\n\n", want: []string{malformed}, withheld: 1, whole: true, notIncluded: "ghost"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
-			got := f.Screen("billing", tt.head, []byte(tt.content))
+			r := f.Screen("billing", tt.head, []byte(tt.content))
+			got := r.Content
+			if r.Whole != tt.whole || r.Withheld != tt.withheld {
+				t.Errorf("whole %v, withheld %d; want %v, %d", r.Whole, r.Withheld, tt.whole, tt.withheld)
+			}
 			if tt.want == nil {
 				if string(got) != tt.content {
 					t.Fatalf("changed:\n%s\nwas\n%s", got, tt.content)
@@ -76,8 +94,12 @@ func TestScreen(t *testing.T) {
 			if tt.notIncluded != "" && bytes.Contains(got, []byte(tt.notIncluded)) {
 				t.Errorf("result %s still holds %s", got, tt.notIncluded)
 			}
-			if n := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues("billing", string(deny.ListingUnbound))); int(n) != tt.withheld {
-				t.Errorf("deliveries_total{billing,listing_unbound} = %v, want %d", n, tt.withheld)
+			reason := deny.ListingUnbound
+			if tt.whole {
+				reason = deny.MalformedResponse
+			}
+			if n := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues("billing", string(reason))); int(n) != tt.withheld {
+				t.Errorf("deliveries_total{billing,%s} = %v, want %d", reason, n, tt.withheld)
 			}
 			lines := 0
 			for _, l := range bytes.Split(bytes.TrimSpace(f.audit.Bytes()), []byte("\n")) {
@@ -88,13 +110,22 @@ func TestScreen(t *testing.T) {
 				if err := json.Unmarshal(l, &m); err != nil {
 					t.Fatalf("audit line %s: %v", l, err)
 				}
-				if m["reason"] == string(deny.ListingUnbound) && m["decision"] == "deny" && m["server_id"] == "billing" && m["phase"] == "response" {
+				if m["reason"] == string(reason) && m["decision"] == "deny" && m["server_id"] == "billing" && m["phase"] == "response" {
 					lines++
 				}
 			}
 			if lines != tt.withheld {
-				t.Errorf("%d listing_unbound audit lines, want %d:\n%s", lines, tt.withheld, f.audit.Bytes())
+				t.Errorf("%d %s audit lines, want %d:\n%s", lines, reason, tt.withheld, f.audit.Bytes())
 			}
 		})
 	}
+}
+
+// utf16LE is s in UTF-16, little-endian.
+func utf16LE(s string) string {
+	var b []byte
+	for _, u := range utf16.Encode([]rune(s)) {
+		b = append(b, byte(u), byte(u>>8))
+	}
+	return string(b)
 }

@@ -87,6 +87,10 @@ const (
 	// client would take for its listing by id. capsnap cannot pin what it
 	// would deliver, so it is withheld, answered with this error instead.
 	ListingUnbound Reason = "listing_unbound"
+	// UpstreamAborted: a tools/list's own answer came back through the
+	// response path but ended before its body did (the server reset it
+	// mid-listing): nothing was delivered, so nothing is pinned.
+	UpstreamAborted Reason = "upstream_aborted"
 	// NoSnapshot: the call has no snapshot to be verified against, or its
 	// snapshot does not pin this tool on this server.
 	NoSnapshot Reason = "no_snapshot"
@@ -181,6 +185,7 @@ var specs = map[Reason]Spec{
 	// cannot read or pin, or Envoy sent what capsnap did not authorize.
 	MalformedResponse: {Status: 502, ReturnTo: ReturnToNone},
 	ListingUnbound:    {Status: 502, ReturnTo: ReturnToPlanning},
+	UpstreamAborted:   {Status: 502, ReturnTo: ReturnToPlanning},
 	UnknownListing:    {Status: 500, ReturnTo: ReturnToNone},
 }
 

@@ -49,7 +49,10 @@ const MetadataNamespace = "envoy.filters.http.ext_authz"
 // every other, and the most of a response it reads whole.
 type Decider interface {
 	Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery
-	Screen(serverID string, head decide.ResponseHead, content []byte) []byte
+	Aborted(ticket string, head decide.ResponseHead)
+	Screen(serverID string, head decide.ResponseHead, content []byte) decide.Screened
+	Oversized(serverID string, head decide.ResponseHead) decide.Screened
+	Passed(serverID string)
 	Settle(ticket string, head decide.ResponseHead, content []byte) bool
 	Elicits(session string)
 	MaxResponseBytes() int
@@ -90,7 +93,21 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// takes URL elicitations, which its answer's session then does.
 		elicits bool
 		sc      *screen
+		// answered says a tools/list's own answer came back through the
+		// response path, and delivered that its body reached Deliver.
+		answered, delivered bool
 	)
+	defer func() {
+		// However the stream ends: an answer cut off (a GET stream the
+		// client left) is counted too, and a listing whose upstream
+		// aborted it is reported as that, not as a missing response path.
+		if sc != nil {
+			sc.count()
+		}
+		if ticket != "" && answered && !delivered {
+			s.decider.Aborted(ticket, head)
+		}
+	}()
 	for {
 		req, err := stream.Recv()
 		// Envoy ends a stream by cancelling it once it has the last answer
@@ -130,15 +147,19 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			if ticket == "" {
 				var resp *extprocv3.ProcessingResponse
-				sc, resp = s.screenHeaders(head, server, release, duplex && !r.ResponseHeaders.GetEndOfStream())
-				resps, last = append(resps, resp), resp.GetImmediateResponse() != nil
+				if sc, resp = s.screenHeaders(head, server, release, !r.ResponseHeaders.GetEndOfStream(), duplex); resp != nil {
+					resps, last = append(resps, resp), resp.GetImmediateResponse() != nil
+				}
 				break
 			}
+			// The answer came back through the response path: whatever
+			// happens to it now, it is not an unbound listing.
+			answered = true
 			switch {
 			case r.ResponseHeaders.GetEndOfStream():
 				// No body follows: nothing is delivered, so nothing is
 				// pinned, and the caller hears whatever the status says.
-				resps = append(resps, s.decide(stream.Context(), req, head, nil, false))
+				resps, delivered = append(resps, s.decide(stream.Context(), req, head, nil, false)), true
 			case duplex:
 				// Answered with the body, whose last chunk says which
 				// snapshot the headers name.
@@ -148,7 +169,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			chunk, end := r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()
 			if ticket == "" {
-				if resps, err = s.screenBody(sc, head, server, release, chunk, end); err != nil {
+				if sc != nil {
+					resps, last = sc.feed(chunk, end, false)
+				} else if resps, last, err = s.screenBody(head, server, release, chunk, end); err != nil {
 					return err
 				}
 				break
@@ -160,7 +183,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 					// misconfiguration, and fails closed.
 					head.Streamed = true
 				}
-				resps = append(resps, s.decide(stream.Context(), req, head, chunk, true))
+				resps, delivered = append(resps, s.decide(stream.Context(), req, head, chunk, true)), true
 				break
 			}
 			body = append(body, chunk...)
@@ -170,6 +193,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			var refused bool
 			resps, refused = s.decideDuplex(stream.Context(), req, head, body, false)
+			delivered = true
 			if over && !refused {
 				// Never part of a response as if it were the whole:
 				// Envoy answers status_on_error instead.
@@ -180,16 +204,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			if sc != nil {
 				// The body ended with the trailers that follow it.
-				out, err := sc.feed(nil, true)
-				if err != nil {
-					return err
-				}
-				resps = streamedBody(out, false)
+				resps, last = sc.feed(nil, true, true)
 			}
 			if duplex && ticket != "" {
 				// The body ended with the trailers that follow it; a
 				// refusal answers them too.
 				resps, last = s.decideDuplex(stream.Context(), req, head, body, true)
+				delivered = true
 			}
 			if !last {
 				resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -313,6 +334,7 @@ func headerMutation(head decide.ResponseHead, out *decide.Delivery) *extprocv3.C
 // a string (value).
 func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 	var h decide.ResponseHead
+	var ct, ce bool // seen
 	for _, kv := range hm.GetHeaders() {
 		v := string(kv.GetRawValue())
 		if v == "" {
@@ -322,10 +344,14 @@ func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 		switch {
 		case k == ":status":
 			h.Status, _ = strconv.Atoi(v)
+		// A header sent twice is read as the Fetch API reads it, joined
+		// by ", ": capsnap must read the framing a client reads.
 		case k == "content-type":
-			h.ContentType = v
+			h.ContentType = joined(h.ContentType, v, ct)
+			ct = true
 		case k == "content-encoding":
-			h.ContentEncoding = v
+			h.ContentEncoding = joined(h.ContentEncoding, v, ce)
+			ce = true
 		case k == "mcp-session-id":
 			h.Session = v
 		case strings.HasPrefix(k, decide.HeaderPrefix):
@@ -333,6 +359,14 @@ func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 		}
 	}
 	return h
+}
+
+// joined is a header's value v after the value it already had, if seen.
+func joined(had, v string, seen bool) string {
+	if !seen {
+		return v
+	}
+	return had + ", " + v
 }
 
 func headers(kv [][2]string) []*corev3.HeaderValueOption {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -36,6 +37,10 @@ type recorder struct {
 	settled []string
 	// elicits are the sessions Elicits was told of.
 	elicits []string
+	// oversized and passed count Oversized's and Passed's calls, and
+	// aborted are the tickets Aborted was told of.
+	oversized, passed int
+	aborted           []string
 }
 
 func (r *recorder) Elicits(session string) { r.elicits = append(r.elicits, session) }
@@ -48,10 +53,37 @@ func (r *recorder) Settle(ticket string, _ decide.ResponseHead, content []byte) 
 // Screen stands for the decision on an answer that is not a tools/list's
 // own: it withholds whatever says LISTING, as decide.Server.Screen
 // withholds a listing.
-func (r *recorder) Screen(server string, _ decide.ResponseHead, content []byte) []byte {
+func (r *recorder) Screen(server string, head decide.ResponseHead, content []byte) decide.Screened {
 	r.screened = append(r.screened, string(content))
 	r.server = server
-	return []byte(strings.ReplaceAll(string(content), "LISTING", "WITHHELD"))
+	switch {
+	case mcpparse.Encoded(head.ContentEncoding):
+		return decide.Screened{Content: []byte(`{"REFUSED":"encoded"}`), Withheld: 1, Whole: true}
+	case !strings.Contains(string(content), "LISTING"):
+		return decide.Screened{Content: content}
+	case mcpparse.FramingOf(head.ContentType) == mcpparse.FramingOther:
+		return decide.Screened{Content: []byte(`{"REFUSED":"other"}`), Withheld: 1, Whole: true}
+	}
+	return decide.Screened{Content: []byte(strings.ReplaceAll(string(content), "LISTING", "WITHHELD")), Withheld: 1}
+}
+
+// Oversized stands for withholding what outgrew the bound: an OVERSIZED
+// event, body, or whole answer, by the framing.
+func (r *recorder) Oversized(server string, head decide.ResponseHead) decide.Screened {
+	r.oversized++
+	switch mcpparse.FramingOf(head.ContentType) {
+	case mcpparse.FramingSSE:
+		return decide.Screened{Content: []byte("data: {\"OVERSIZED\":1}\n\n"), Withheld: 1}
+	case mcpparse.FramingJSON:
+		return decide.Screened{Content: []byte(`{"OVERSIZED":1}`), Withheld: 1}
+	}
+	return decide.Screened{Content: []byte(`{"OVERSIZED":1}`), Withheld: 1, Whole: true}
+}
+
+func (r *recorder) Passed(server string) { r.passed++ }
+
+func (r *recorder) Aborted(ticket string, head decide.ResponseHead) {
+	r.aborted = append(r.aborted, ticket)
 }
 
 func (r *recorder) Deliver(ticket string, head decide.ResponseHead, body []byte) *decide.Delivery {

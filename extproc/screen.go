@@ -15,45 +15,76 @@ import (
 
 // screen holds what is read of one answer that is not a tools/list's own
 // while Envoy streams it in full duplex, so that it passes on as soon as
-// it is known to carry no listing: an event stream event by event as each
-// one ends (progress and the GET stream's notifications stay timely), a
-// JSON body whole. What could carry a listing is never sent on before it
-// is screened whole (decide.Server.Screen).
+// it is screened, read as every client would read it (mcpparse.Framing):
+// an event stream event by event as each one ends (progress and the GET
+// stream's notifications stay timely), a JSON body whole, and a body of
+// any other framing whole, with its headers, which wait for it: such an
+// answer is either passed as the server sent it or withheld whole, an
+// error in its place. Nothing is sent on before it is screened whole
+// (decide.Server.Screen), and what cannot be held is withheld, never
+// passed in part.
 type screen struct {
-	d      Decider
-	server string
-	head   decide.ResponseHead
+	d       Decider
+	server  string
+	head    decide.ResponseHead
+	framing mcpparse.Framing
 	// release is the call's release ticket until its response is found
 	// (decide.Server.Settle), "" once it is or when there is none.
 	release string
-	// messages says a client reads the body as JSON-RPC, sse as an event
-	// stream; any other body passes as it comes.
-	messages, sse bool
 	// held is what is not screened yet: the start of an unfinished event,
-	// or the JSON body so far.
+	// or the body so far.
 	held []byte
-	// passing is set once held outgrew the bound without naming tools:
-	// from then on bytes pass as they come while they cannot name tools,
-	// and tail is the last of them, where a name could begin.
+	// deferred says the headers are not answered yet: they go with the
+	// body of an answer decided whole.
+	deferred bool
+	// dropping says an event (or a JSON body) outgrew the bound: it is
+	// withheld, its error already sent (an event) or in over (a body), and
+	// its bytes are dropped until it ends; line follows the line an event
+	// being dropped is in.
+	dropping bool
+	over     []byte
+	line     eventLine
+	// passing says everything passes as it comes: an answer of a server
+	// in observe mode that outgrew the bound.
 	passing bool
-	tail    []byte
+	// withheld says something of the answer was withheld, and counted;
+	// counted that the answer has been counted either way.
+	withheld, counted bool
 }
 
 // screenHeaders answers the headers of an answer that is not a tools/list's
-// own: they pass unchanged (capsnap's own denials come this way too, with
-// their x-capsnap-reason), but a body a client would read as JSON-RPC and
-// capsnap cannot (compressed) is refused whole. It returns the screen for
-// the body to come, when Envoy streams it in full duplex.
-func (s *Server) screenHeaders(head decide.ResponseHead, server, release string, body bool) (*screen, *extprocv3.ProcessingResponse) {
-	sse, messages := mcpparse.MessageMediaType(head.ContentType)
-	if body && messages && mcpparse.Encoded(head.ContentEncoding) {
-		return nil, refusal(s.decider.Screen(server, head, nil), "capsnap_listing_unbound")
+// own. They pass unchanged (capsnap's own denials come this way too, with
+// their x-capsnap-reason), but a compressed body is refused whole: a client
+// decompresses it, and capsnap never guesses at what it would read. body
+// says a body follows, and duplex that Envoy streams it in full duplex:
+// the screen returned then reads it, and the headers of a body decided
+// whole wait for it (no answer now).
+func (s *Server) screenHeaders(head decide.ResponseHead, server, release string, body, duplex bool) (*screen, *extprocv3.ProcessingResponse) {
+	if body && mcpparse.Encoded(head.ContentEncoding) {
+		if r := s.decider.Screen(server, head, nil); r.Withheld > 0 {
+			return nil, refusal(r.Content, "capsnap_malformed_response")
+		}
+		// Observed: it passes as it was sent, unscreened.
+		return &screen{d: s.decider, server: server, head: head, passing: true, counted: true}, passedHeaders()
 	}
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	if !body {
-		return nil, resp
+		s.decider.Passed(server)
+		return nil, passedHeaders()
 	}
-	return &screen{d: s.decider, server: server, head: head, release: release, messages: messages, sse: sse}, resp
+	if !duplex {
+		// Buffered: screenBody screens the body whole.
+		return nil, passedHeaders()
+	}
+	sc := &screen{d: s.decider, server: server, head: head, release: release, framing: mcpparse.FramingOf(head.ContentType)}
+	if sc.framing == mcpparse.FramingOther {
+		sc.deferred = true
+		return sc, nil
+	}
+	return sc, passedHeaders()
+}
+
+func passedHeaders() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 }
 
 // refusal puts body, a JSON-RPC error, in a response's place.
@@ -66,76 +97,178 @@ func refusal(body []byte, details string) *extprocv3.ProcessingResponse {
 	}}}
 }
 
-// screenBody answers a body chunk of an answer that is not a tools/list's
-// own: in full duplex, what of it is screened so far; buffered, the whole
-// body screened at once.
-func (s *Server) screenBody(sc *screen, head decide.ResponseHead, server, release string, chunk []byte, end bool) ([]*extprocv3.ProcessingResponse, error) {
-	if sc != nil {
-		out, err := sc.feed(chunk, end)
-		return streamedBody(out, end), err
-	}
+// screenBody answers the body of an answer that is not a tools/list's own
+// that Envoy buffered whole: screened at once, a changed one with its new
+// length, one withheld whole answered by the error in its place.
+func (s *Server) screenBody(head decide.ResponseHead, server, release string, body []byte, end bool) ([]*extprocv3.ProcessingResponse, bool, error) {
 	if !end {
 		// In parts that each want an answer (STREAMED): none can be held
 		// back until it is screened whole.
-		return nil, status.Error(codes.FailedPrecondition, "extproc: a response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
+		return nil, false, status.Error(codes.FailedPrecondition, "extproc: a response came in parts: Envoy's ext_proc response_body_mode must be FULL_DUPLEX_STREAMED or BUFFERED")
 	}
-	if release != "" {
-		s.decider.Settle(release, head, chunk)
+	var r decide.Screened
+	if len(body) > s.decider.MaxResponseBytes() {
+		if r = s.decider.Oversized(server, head); r.Withheld > 0 {
+			return []*extprocv3.ProcessingResponse{refusal(r.Content, "capsnap_malformed_response")}, true, nil
+		}
+		r.Content = body
+	} else {
+		if release != "" {
+			s.decider.Settle(release, head, body)
+		}
+		r = s.decider.Screen(server, head, body)
+	}
+	if r.Whole {
+		return []*extprocv3.ProcessingResponse{refusal(r.Content, "capsnap_malformed_response")}, true, nil
+	}
+	if r.Withheld == 0 {
+		s.decider.Passed(server)
 	}
 	common := &extprocv3.CommonResponse{}
-	if out := s.decider.Screen(server, head, chunk); !bytes.Equal(out, chunk) {
-		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: headers([][2]string{{"content-length", strconv.Itoa(len(out))}})}
+	if !bytes.Equal(r.Content, body) {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: r.Content}}
+		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: headers([][2]string{{"content-length", strconv.Itoa(len(r.Content))}})}
 	}
-	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}}, nil
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}}, false, nil
 }
 
-// tailBytes is how much of what passed is kept to find a name that begins
-// in one chunk and ends in the next: "tools" in five runes of up to three
-// bytes each (the Kelvin sign folds to k).
-const tailBytes = 16
-
-// feed takes the next chunk of the body (end: the last) and returns what
-// may pass on now. An error ends the stream: held bytes that outgrew the
-// bound and could name tools can neither pass nor be screened, and part of
-// the body has gone on (or, passing, the rest would name tools): Envoy
-// resets the stream, and what the client has is no whole message.
-func (sc *screen) feed(chunk []byte, end bool) ([]byte, error) {
-	if !sc.messages {
-		return chunk, nil
+// feed takes the next chunk of the body (end: the last, and trailers: the
+// trailers that follow it end it) and answers it: what of the answer may
+// pass on now, or, when the answer is withheld whole, the error in its
+// place, which ends the stream (last).
+func (sc *screen) feed(chunk []byte, end, trailers bool) (resps []*extprocv3.ProcessingResponse, last bool) {
+	out, whole := sc.read(chunk, end)
+	if end || whole != nil {
+		sc.count()
 	}
-	if sc.passing {
-		seen := append(sc.tail, chunk...)
-		if mcpparse.MayName(seen, "tools") {
-			return nil, status.Error(codes.PermissionDenied, "extproc: a response over discovery.max_response_bytes goes on to name tools: it is cut off, never passed unscreened")
+	if whole != nil {
+		if sc.deferred {
+			return []*extprocv3.ProcessingResponse{refusal(whole, "capsnap_malformed_response")}, true
 		}
-		// The last bytes of what passed, however short the chunks.
-		sc.tail = append(sc.tail[:0], seen[max(len(seen)-tailBytes, 0):]...)
+		// The headers have gone: the error takes the body's place.
+		out, end = whole, true
+	}
+	if sc.deferred {
+		if !end {
+			return nil, false
+		}
+		sc.deferred = false
+		resps = append(resps, passedHeaders())
+	}
+	return append(resps, streamedBody(out, end && !trailers)...), false
+}
+
+// count counts the answer once: as passed when nothing of it was withheld
+// (each withholding was counted as it was made).
+func (sc *screen) count() {
+	if sc.counted {
+		return
+	}
+	sc.counted = true
+	if !sc.withheld {
+		sc.d.Passed(sc.server)
+	}
+}
+
+// read screens chunk, the next of the body, and returns what may pass on,
+// or the error that takes the whole answer's place.
+func (sc *screen) read(chunk []byte, end bool) (out, whole []byte) {
+	switch {
+	case sc.passing:
 		return chunk, nil
+	case sc.framing == mcpparse.FramingSSE:
+		return sc.readEvents(chunk, end), nil
+	}
+	return sc.readWhole(chunk, end)
+}
+
+// readWhole holds a JSON body, or a body of any other framing, until it
+// ends, and screens it whole. One that outgrows the bound is withheld
+// whole: a JSON body by the error that takes its place once it ends (its
+// headers have gone), any other at once.
+func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
+	if sc.dropping {
+		if end {
+			return sc.over, nil
+		}
+		return nil, nil
+	}
+	sc.held = append(sc.held, chunk...)
+	if len(sc.held) > sc.d.MaxResponseBytes() {
+		r := sc.d.Oversized(sc.server, sc.head)
+		if r.Withheld == 0 {
+			sc.passing, out, sc.held = true, sc.held, nil
+			return out, nil
+		}
+		sc.withheld, sc.held = true, nil
+		if r.Whole {
+			return nil, r.Content
+		}
+		sc.dropping, sc.over = true, r.Content
+		if end {
+			return sc.over, nil
+		}
+		return nil, nil
+	}
+	if !end {
+		return nil, nil
+	}
+	content := sc.held
+	sc.held = nil
+	sc.settle(content)
+	r := sc.d.Screen(sc.server, sc.head, content)
+	sc.withheld = sc.withheld || r.Withheld > 0
+	if r.Whole {
+		return nil, r.Content
+	}
+	return r.Content, nil
+}
+
+// readEvents screens an event stream event by event, as each one ends. An
+// event that outgrows the bound before it ends is withheld whole: an
+// error event takes its place at once, and its bytes are dropped until
+// the blank line that ends it.
+func (sc *screen) readEvents(chunk []byte, end bool) []byte {
+	if sc.dropping {
+		n, ok := sc.line.end(chunk)
+		if !ok {
+			return nil
+		}
+		sc.dropping, chunk = false, chunk[n:]
 	}
 	sc.held = append(sc.held, chunk...)
 	var out []byte
-	switch {
+	switch n := mcpparse.CompleteEvents(sc.held); {
 	case end:
-		sc.settle(sc.held)
-		out, sc.held = sc.d.Screen(sc.server, sc.head, sc.held), nil
-	case sc.sse:
-		if n := mcpparse.CompleteEvents(sc.held); n > 0 {
-			sc.settle(sc.held[:n])
-			out = sc.d.Screen(sc.server, sc.head, sc.held[:n])
-			sc.held = append([]byte(nil), sc.held[n:]...)
-		}
+		out = sc.screenEvents(sc.held)
+		sc.held = nil
+	case n > 0:
+		out = sc.screenEvents(sc.held[:n])
+		sc.held = append([]byte(nil), sc.held[n:]...)
 	}
 	if len(sc.held) > sc.d.MaxResponseBytes() {
-		if mcpparse.MayName(sc.held, "tools") {
-			return nil, status.Error(codes.PermissionDenied, "extproc: a response over discovery.max_response_bytes could name tools: it is cut off, never passed unscreened")
+		r := sc.d.Oversized(sc.server, sc.head)
+		if r.Withheld == 0 {
+			sc.passing, out, sc.held = true, append(out, sc.held...), nil
+			return out
 		}
-		sc.passing = true
-		out = append(out, sc.held...)
-		sc.tail = append([]byte(nil), sc.held[len(sc.held)-tailBytes:]...)
-		sc.held = nil
+		sc.withheld = true
+		out = append(out, r.Content...)
+		// held ends inside its event: where, line by line, is where
+		// dropping goes on from.
+		sc.line = eventLine{}
+		sc.line.end(sc.held)
+		sc.dropping, sc.held = true, nil
 	}
-	return out, nil
+	return out
+}
+
+// screenEvents screens whole events.
+func (sc *screen) screenEvents(events []byte) []byte {
+	sc.settle(events)
+	r := sc.d.Screen(sc.server, sc.head, events)
+	sc.withheld = sc.withheld || r.Withheld > 0
+	return r.Content
 }
 
 // settle hands content, as the server sent it, to Settle until the call's
@@ -144,4 +277,34 @@ func (sc *screen) settle(content []byte) {
 	if sc.release != "" && sc.d.Settle(sc.release, sc.head, content) {
 		sc.release = ""
 	}
+}
+
+// eventLine follows the line an event-stream reader is in, byte by byte,
+// to find the blank line that ends an event where mcpparse.CompleteEvents
+// would: a LF that ends a line that is empty or a lone CR.
+type eventLine struct {
+	// n is how many bytes the line has so far, up to 2; cr says the one
+	// it has is a CR.
+	n  int
+	cr bool
+}
+
+// end reads b and returns how much of it runs through the end of the
+// event, if it ends in b.
+func (l *eventLine) end(b []byte) (int, bool) {
+	for i, c := range b {
+		switch {
+		case c == '\n':
+			blank := l.n == 0 || (l.n == 1 && l.cr)
+			*l = eventLine{}
+			if blank {
+				return i + 1, true
+			}
+		case l.n == 0 && c == '\r':
+			l.n, l.cr = 1, true
+		default:
+			l.n, l.cr = min(l.n+1, 2), false
+		}
+	}
+	return 0, false
 }

@@ -153,84 +153,174 @@ func TestScreenedJSONBody(t *testing.T) {
 	}
 }
 
-// A body no client reads as JSON-RPC passes as it comes, unscreened.
-func TestScreenedOtherBodyPasses(t *testing.T) {
-	rec := &recorder{}
-	s := stream(t, rec)
-	sendAll(t, s, screenedHeaders(true, false, ":status", "502", "content-type", "text/html"), screenedBody("<p>LISTING", false))
-	recv(t, s)
-	if got, _ := streamed(t, recv(t, s)); got != "<p>LISTING" {
-		t.Fatalf("passed %q", got)
-	}
-	sendAll(t, s, screenedBody("</p>", true))
-	if got, end := streamed(t, recv(t, s)); got != "</p>" || !end {
-		t.Fatalf("passed %q (end %v)", got, end)
-	}
-	if len(rec.screened) != 0 {
-		t.Fatalf("screened %q", rec.screened)
-	}
-}
-
-// Held bytes past the bound that cannot name tools pass, and so does what
-// follows while it cannot; the first chunk that could (even a name begun
-// in the chunk before) ends the stream with an error, so that what the
-// client has is no whole message.
-func TestScreenedOverTheBound(t *testing.T) {
+// A body of a framing clients read differently (or none names) is read
+// whole, its headers held back with it: what cannot name tools passes as
+// it was sent, headers and body; what could is refused whole, the error in
+// the answer's place.
+func TestScreenedOtherFraming(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		chunks []string
+		name, ctype string
+		chunks      []string
+		trailers    bool
+		refused     bool
 	}{
-		{"names tools past the bound", []string{strings.Repeat("x", 1100), "y", `"tools"`}},
-		{"a name across chunks", []string{strings.Repeat("x", 1100) + `"to`, `ols"`}},
-		{"a folded name", []string{strings.Repeat("x", 1100), "\"tool\u017f\""}},
-		{"a name a byte a chunk", []string{strings.Repeat("x", 1100), `"`, "t", "o", "o", "l", "s", `"`}},
-		{"tools within the held bytes", []string{`{"tools":` + strings.Repeat("x", 1100)}},
+		{name: "an HTML 502", ctype: "text/html", chunks: []string{"<p>upstream ", "down</p>"}},
+		{name: "no content type, ended by trailers", chunks: []string{"plain ", "text"}, trailers: true},
+		{name: "events as text/plain", ctype: "text/plain", chunks: []string{"data: {\"LIST", "ING\":1}\n\n"}, refused: true},
+		{name: "JSON naming an event stream", ctype: `application/json; profile="text/event-stream"`, chunks: []string{`{"LISTING":1}`}, refused: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := stream(t, &recorder{max: 1024})
-			sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "application/json"))
-			recv(t, s)
-			// The body ends, so that a stream never cut off ends too. A
-			// stream cut off before the last chunk is sent refuses it (io.EOF);
-			// why is for Recv to say.
-			for i, c := range append(tt.chunks, "") {
-				if err := s.Send(screenedBody(c, i == len(tt.chunks))); errors.Is(err, io.EOF) {
-					break
-				} else if err != nil {
-					t.Fatal(err)
-				}
+			rec := &recorder{}
+			s := stream(t, rec)
+			head := []string{":status", "200"}
+			if tt.ctype != "" {
+				head = append(head, "content-type", tt.ctype)
 			}
-			var passed string
-			for {
-				resp, err := s.Recv()
-				if err != nil {
-					if status.Code(err) != codes.PermissionDenied {
-						t.Fatalf("stream ended with %v, want PermissionDenied", err)
-					}
-					break
-				}
-				body, end := streamed(t, resp)
-				passed += body
-				if end {
-					t.Fatalf("the stream ended uncut, having passed %q", passed)
-				}
+			sendAll(t, s, screenedHeaders(true, false, head...))
+			for i, c := range tt.chunks {
+				sendAll(t, s, screenedBody(c, i == len(tt.chunks)-1 && !tt.trailers))
 			}
-			if strings.Contains(passed, "tools") || strings.Contains(passed, "tool\u017f") || strings.Contains(passed, `"to`+`ols`) {
-				t.Fatalf("passed %q", passed)
+			if tt.trailers {
+				sendAll(t, s, &extprocv3.ProcessingRequest{MetadataContext: unbound(), Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
+			}
+			first := recv(t, s)
+			if tt.refused {
+				ir := first.GetImmediateResponse()
+				if ir == nil || ir.GetStatus().GetCode() != 502 || string(ir.GetBody()) != `{"REFUSED":"other"}` {
+					t.Fatalf("answer %v, want the whole answer refused", first)
+				}
+				if rec.passed != 0 {
+					t.Errorf("counted as passed too")
+				}
+				return
+			}
+			if first.GetResponseHeaders() == nil || first.GetResponseHeaders().GetResponse() != nil {
+				t.Fatalf("headers answered %v, want them passed unchanged, after the body was read", first)
+			}
+			got, end := streamed(t, recv(t, s))
+			if got != strings.Join(tt.chunks, "") || end == tt.trailers {
+				t.Fatalf("passed %q (end %v)", got, end)
+			}
+			if tt.trailers && recv(t, s).GetResponseTrailers() == nil {
+				t.Fatal("the trailers were not answered")
+			}
+			if len(rec.screened) != 1 || rec.passed != 1 {
+				t.Fatalf("screened %q, passed %d: want it screened whole once, counted as passed", rec.screened, rec.passed)
 			}
 		})
 	}
 }
 
-// A compressed body a client would read as JSON-RPC cannot be screened: it
-// is refused whole with the decision's error.
+// An event that outgrows the bound before it ends is withheld whole: an
+// error event in its place at once, its bytes dropped until the blank line
+// that ends it (even one split across chunks, or after CRs), and the
+// events after it pass, screened. None of it passes in part.
+func TestScreenedOversizedEvent(t *testing.T) {
+	big := strings.Repeat("x", 700)
+	for _, tt := range []struct {
+		name   string
+		chunks []string
+	}{
+		{"ended in a later chunk", []string{"data: {\"ok\":1}\n\ndata: " + big, big, big + "\n", "\nid: 2\ndata: {\"after\":1}\n\n"}},
+		{"ended across chunks by CRLF", []string{"data: {\"ok\":1}\n\ndata: " + big, big + "\r", "\n\r", "\nid: 2\ndata: {\"after\":1}\n\n"}},
+		{"a line of CR alone is not blank", []string{"data: {\"ok\":1}\n\ndata: " + big + big + "\n\r", "x\n", "\nid: 2\ndata: {\"after\":1}\n\n"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recorder{max: 1024}
+			s := stream(t, rec)
+			sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "text/event-stream"))
+			recv(t, s)
+			for i, c := range tt.chunks {
+				sendAll(t, s, screenedBody(c, i == len(tt.chunks)-1))
+			}
+			passed := passedUntilEnd(t, s)
+			want := "data: {\"ok\":1}\n\ndata: {\"OVERSIZED\":1}\n\nid: 2\ndata: {\"after\":1}\n\n"
+			if passed != want {
+				t.Fatalf("passed %q\nwant %q", passed, want)
+			}
+			if rec.oversized != 1 || rec.passed != 0 {
+				t.Fatalf("oversized %d, passed %d: want it counted once, as withheld", rec.oversized, rec.passed)
+			}
+		})
+	}
+}
+
+// passedUntilEnd is what passes on of a streamed body, through the
+// answer that ends the stream.
+func passedUntilEnd(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient) string {
+	t.Helper()
+	var passed string
+	for {
+		body, end := streamed(t, recv(t, s))
+		passed += body
+		if end {
+			return passed
+		}
+	}
+}
+
+// A JSON body that outgrows the bound is withheld whole: none of it
+// passes, and once it ends the error takes its place; a body of any
+// other framing is refused at once, headers and all.
+func TestScreenedOversizedBody(t *testing.T) {
+	rec := &recorder{max: 1024}
+	s := stream(t, rec)
+	sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "application/json"))
+	recv(t, s)
+	for _, c := range []string{`{"result":"` + strings.Repeat("x", 1100), strings.Repeat("y", 2000)} {
+		sendAll(t, s, screenedBody(c, false))
+	}
+	sendAll(t, s, screenedBody(`"}`, true))
+	if got, end := streamed(t, recv(t, s)); got != `{"OVERSIZED":1}` || !end {
+		t.Fatalf("passed %q (end %v)", got, end)
+	}
+
+	rec = &recorder{max: 1024}
+	s = stream(t, rec)
+	sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "text/plain"), screenedBody(strings.Repeat("z", 1100), false))
+	if ir := recv(t, s).GetImmediateResponse(); ir == nil || string(ir.GetBody()) != `{"OVERSIZED":1}` {
+		t.Fatalf("answer %v, want the whole answer refused", ir)
+	}
+	if rec.oversized != 1 || rec.passed != 0 {
+		t.Fatalf("oversized %d, passed %d", rec.oversized, rec.passed)
+	}
+}
+
+// A compressed body cannot be screened: it is refused whole with the
+// decision's error, whatever its type.
 func TestScreenedCompressedIsRefused(t *testing.T) {
+	for _, ctype := range []string{"text/event-stream", "text/html"} {
+		rec := &recorder{}
+		s := stream(t, rec)
+		sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", ctype, "content-encoding", "gzip"))
+		ir := recv(t, s).GetImmediateResponse()
+		if ir == nil || ir.GetStatus().GetCode() != 502 || len(rec.screened) != 1 {
+			t.Fatalf("%s: answer %v, screened %q", ctype, ir, rec.screened)
+		}
+	}
+}
+
+// Every answer is counted once when nothing in it was withheld: at its
+// end, or when the stream is cut off (a GET stream the client left).
+func TestScreenedPassedIsCounted(t *testing.T) {
 	rec := &recorder{}
 	s := stream(t, rec)
-	sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "text/event-stream", "content-encoding", "gzip"))
-	ir := recv(t, s).GetImmediateResponse()
-	if ir == nil || ir.GetStatus().GetCode() != 502 || len(rec.screened) != 1 {
-		t.Fatalf("answer %v, screened %q", ir, rec.screened)
+	sendAll(t, s, screenedHeaders(true, false, ":status", "200", "content-type", "application/json"), screenedBody(`{"id":1,"result":{}}`, true))
+	recv(t, s)
+	recv(t, s)
+
+	s2 := stream(t, rec)
+	sendAll(t, s2, screenedHeaders(true, false, ":status", "200", "content-type", "text/event-stream"), screenedBody("data: {}\n\n", false))
+	recv(t, s2)
+	recv(t, s2)
+	if err := s2.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the stream ended with %v", err)
+	}
+	if rec.passed != 2 {
+		t.Fatalf("passed counted %d times, want 2", rec.passed)
 	}
 }
 

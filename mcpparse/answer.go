@@ -17,20 +17,28 @@ import (
 //
 // It errs toward true: a body some client may read as JSON-RPC but that is
 // not strict JSON (or a strict event stream) carries a result unless it
-// cannot name one for any parser, and a compressed one always may.
+// cannot name one for any parser, a body of FramingOther carries one
+// unless no client's reading of it can name one (OtherMayName), and a
+// compressed one may whenever its type names JSON or an event stream.
+// (It reads the answer to a POST: an answer on a GET stream, which the
+// TypeScript SDK parses as events whatever its type, is screened by
+// decide.Server.Screen.)
 func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth int) bool {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return false
 	}
-	sse, ok := MessageMediaType(contentType)
-	if !ok {
-		return false
-	}
 	if Encoded(contentEncoding) {
-		return true
+		// Decompressed by a client that reads the POST's answer as JSON
+		// or as an event stream: one whose type names either.
+		ct := strings.ToLower(contentType)
+		return strings.Contains(ct, "json") || strings.Contains(ct, "event-stream")
+	}
+	framing := FramingOf(contentType)
+	if framing == FramingOther {
+		return OtherMayName(contentType, body, "result")
 	}
 	maxDepth = depthLimit(maxDepth)
-	return anyDocument(body, sse, func(doc []byte) bool {
+	return anyDocument(body, framing == FramingSSE, func(doc []byte) bool {
 		if checkJSON(doc, maxDepth, true) != nil {
 			return MayName(doc, "result")
 		}
@@ -45,17 +53,6 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 		}
 		return false
 	})
-}
-
-// MessageMediaType reports whether some MCP client reads a body of this
-// Content-Type as JSON-RPC messages, and whether as an event stream. The
-// SDKs differ (TypeScript's looks for the media type anywhere in the
-// header, Python's at its start), so any mention counts: a header no
-// client reads as either is one every client refuses.
-func MessageMediaType(contentType string) (sse, ok bool) {
-	ct := strings.ToLower(contentType)
-	sse = strings.Contains(ct, "event-stream")
-	return sse, sse || strings.Contains(ct, "json")
 }
 
 // anyDocument reports whether match holds for some JSON document of body:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf16"
 )
 
 func TestCarriesResult(t *testing.T) {
@@ -25,6 +26,17 @@ func TestCarriesResult(t *testing.T) {
 		{"a case variant of result", "application/json", "", `{"jsonrpc":"2.0","id":1,"Result":{}}`, true},
 		{"a truncated event", "text/event-stream", "", "data: " + listing, true},
 		{"two documents in one event", "text/event-stream", "", "data: " + listing + "\ndata: " + listing + "\n\n", true},
+		{"gzip, JSON named in a parameter", "text/plain; x=json", "gzip", "\x1f\x8b", true},
+		// Framings that clients read differently (FramingOther).
+		{"JSON with an event stream in a parameter", `application/json; profile="text/event-stream"`, "", listing, true},
+		{"both types", "application/json, text/event-stream", "", listing, true},
+		{"events in UTF-16", "text/event-stream; charset=utf-16le", "", utf16LE("data: " + listing + "\n\n"), true},
+		{"JSON in UTF-16, no charset", "application/json; x=1", "", utf16LE(listing), true},
+		{"events as text/plain", "text/plain", "", "data: " + listing + "\n\n", true},
+		{"events with no content type", "", "", "id: 1\r\ndata: " + listing + "\r\n\r\n", true},
+		{"an event split by a lone CR", "text/plain", "", "retry: 1\rdata: " + listing + "\n\n", true},
+		{"an event after a byte order mark", "", "", "\ufeffdata: " + listing + "\n\n", true},
+		{"an unknown charset", "text/plain; charset=utf-7", "", "+AHQ-", true},
 
 		{"empty", "application/json", "", "", false},
 		{"whitespace", "application/json", "", " \n", false},
@@ -38,6 +50,8 @@ func TestCarriesResult(t *testing.T) {
 		{"no content type", "", "", listing, false},
 		{"text/plain", "text/plain", "", listing, false},
 		{"gzip, not JSON", "text/html", "gzip", "\x1f\x8b", false},
+		{"a plain-text error page", "text/plain; charset=iso-8859-1", "", "upstream connect error: no tools, no result\n\n", false},
+		{"an HTML 502", "text/html", "", "<html><body>502 Bad Gateway: the result of data: none</body></html>", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +60,15 @@ func TestCarriesResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// utf16LE is s in UTF-16, little-endian.
+func utf16LE(s string) string {
+	var b []byte
+	for _, u := range utf16.Encode([]rune(s)) {
+		b = append(b, byte(u), byte(u>>8))
+	}
+	return string(b)
 }
 
 func TestMayName(t *testing.T) {

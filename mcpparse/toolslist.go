@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"mime"
 	"strconv"
-	"strings"
 )
 
 // ToolsList is one tools/list response as the server sent it toward the
@@ -397,18 +395,14 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 	if err != nil {
 		return nil, err
 	}
-	mt, err := deliveryMediaType(contentType)
-	if err != nil {
-		return nil, err
-	}
-	switch mt {
-	case "application/json":
+	switch FramingOf(contentType) {
+	case FramingJSON:
 		l, err := readList(body, id, maxDepth)
 		if err != nil {
 			return nil, err
 		}
 		return &Delivery{ToolsList: l, body: body}, nil
-	case "text/event-stream":
+	case FramingSSE:
 		events, err := ReadEventStream(body)
 		if err != nil {
 			return nil, err
@@ -449,7 +443,7 @@ func ReadDelivery(contentType string, body []byte, id json.RawMessage, maxDepth 
 		}
 		return d, nil
 	default:
-		return nil, fmt.Errorf("content type %q is neither application/json nor text/event-stream", contentType)
+		return nil, fmt.Errorf("content type %q is not one that every MCP client reads alike: application/json or text/event-stream, in UTF-8, and nothing else", contentType)
 	}
 }
 
@@ -464,21 +458,4 @@ func (d *Delivery) Rewrite(keep []bool, maxTTLMs int64) []byte {
 		return doc
 	}
 	return ReplaceData(d.body, *d.event, doc)
-}
-
-// deliveryMediaType is the lower-case media type of a response's
-// Content-Type. capsnap reads the body as UTF-8, so a parameter other than
-// charset=utf-8 is refused: a client that decodes another charset (Python's
-// does) would read other bytes than the ones capsnap rewrote.
-func deliveryMediaType(ct string) (string, error) {
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return "", fmt.Errorf("content type %q: %w", ct, err)
-	}
-	for k, v := range params {
-		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return "", fmt.Errorf("content type %q: only the parameter charset=utf-8 is read", ct)
-		}
-	}
-	return mt, nil
 }

@@ -254,11 +254,11 @@ var deliveryCases = []deliveryCase{
 	{name: "sse ttlMs negative", ct: ctSSE, body: sse("\n", []string{"data: " + listResp("1", toolsResult(`,"ttlMs":-5`))}), id: "1", errSub: "is not a non-negative integer"},
 
 	// Refused: the content type.
-	{name: "unknown content type", ct: "text/plain", body: threeTools, id: "1", errSub: `content type "text/plain" is neither application/json nor text/event-stream`},
-	{name: "no content type", ct: "", body: threeTools, id: "1", errSub: "no media type"},
-	{name: "utf-16 charset", ct: "text/event-stream; charset=utf-16-le", body: sse("\n", []string{"data: " + threeTools}), id: "1", errSub: "only the parameter charset=utf-8"},
+	{name: "unknown content type", ct: "text/plain", body: threeTools, id: "1", errSub: `content type "text/plain" is not one that every MCP client reads alike`},
+	{name: "no content type", ct: "", body: threeTools, id: "1", errSub: `content type "" is not one`},
+	{name: "utf-16 charset", ct: "text/event-stream; charset=utf-16-le", body: sse("\n", []string{"data: " + threeTools}), id: "1", errSub: "in UTF-8, and nothing else"},
 	{name: "utf-8 charset", ct: "application/json; charset=UTF-8", body: threeTools, id: "1", want: toolsOf(toolLookup, toolRefund, toolAddress)},
-	{name: "json-seq content type", ct: "application/json-seq", body: threeTools, id: "1", errSub: "is neither"},
+	{name: "json-seq content type", ct: "application/json-seq", body: threeTools, id: "1", errSub: "is not one that every MCP client reads alike"},
 }
 
 // indented is def as json.Indent prints it at the given depth of nesting
@@ -710,7 +710,7 @@ func TestRewriteRereads(t *testing.T) {
 func FuzzReadDelivery(f *testing.F) {
 	for i, c := range deliveryCases {
 		var sel uint8
-		if mt, _ := deliveryMediaType(c.ct); mt == ctSSE {
+		if FramingOf(c.ct) == FramingSSE {
 			sel = 1
 		}
 		f.Add(sel, []byte(c.body), c.id, uint64(0x5555_5555_5555_5555)>>(i%3), uint32(60000))
