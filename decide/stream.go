@@ -105,13 +105,21 @@ func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 	return Screened{Content: body, Withheld: 1, Whole: true}
 }
 
-// Passed counts an answer that is not a tools/list's own and passed whole,
-// nothing in it withheld: with Screen's withholdings, every answer to a
-// request capsnap decided is counted (capsnap_deliveries_total).
-func (s *Server) Passed(serverID string) {
-	if s.metrics != nil {
-		s.metrics.deliveries.WithLabelValues(s.serverLabel(serverID), "passed").Inc()
+// Passed counts an answer that is not a tools/list's own with nothing in
+// it withheld: whole, it passed as the server sent it; not whole, it was
+// cut off (by the client or the server) while capsnap held it back to
+// screen it whole, and none of it passed. With Screen's and Oversized's
+// withholdings, every answer to a request capsnap decided is counted
+// (capsnap_deliveries_total).
+func (s *Server) Passed(serverID string, whole bool) {
+	if s.metrics == nil {
+		return
 	}
+	result := "passed"
+	if !whole {
+		result = "unfinished"
+	}
+	s.metrics.deliveries.WithLabelValues(s.serverLabel(serverID), result).Inc()
 }
 
 func (s *Server) withheldWhole(serverID string, why *deny.Error) Screened {

@@ -52,7 +52,7 @@ type Decider interface {
 	Aborted(ticket string, head decide.ResponseHead)
 	Screen(serverID string, head decide.ResponseHead, content []byte) decide.Screened
 	Oversized(serverID string, head decide.ResponseHead) decide.Screened
-	Passed(serverID string)
+	Passed(serverID string, whole bool)
 	Settle(ticket string, head decide.ResponseHead, content []byte) bool
 	Elicits(session string)
 	MaxResponseBytes() int

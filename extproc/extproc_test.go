@@ -39,7 +39,7 @@ type recorder struct {
 	elicits []string
 	// oversized and passed count Oversized's and Passed's calls, and
 	// aborted are the tickets Aborted was told of.
-	oversized, passed int
+	oversized, passed, unfinished int
 	aborted           []string
 }
 
@@ -80,7 +80,13 @@ func (r *recorder) Oversized(server string, head decide.ResponseHead) decide.Scr
 	return decide.Screened{Content: []byte(`{"OVERSIZED":1}`), Withheld: 1, Whole: true}
 }
 
-func (r *recorder) Passed(server string) { r.passed++ }
+func (r *recorder) Passed(server string, whole bool) {
+	if whole {
+		r.passed++
+	} else {
+		r.unfinished++
+	}
+}
 
 func (r *recorder) Aborted(ticket string, head decide.ResponseHead) {
 	r.aborted = append(r.aborted, ticket)

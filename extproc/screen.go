@@ -68,7 +68,7 @@ func (s *Server) screenHeaders(head decide.ResponseHead, server, release string,
 		return &screen{d: s.decider, server: server, head: head, passing: true, counted: true}, passedHeaders()
 	}
 	if !body {
-		s.decider.Passed(server)
+		s.decider.Passed(server, true)
 		return nil, passedHeaders()
 	}
 	if !duplex {
@@ -122,7 +122,7 @@ func (s *Server) screenBody(head decide.ResponseHead, server, release string, bo
 		return []*extprocv3.ProcessingResponse{refusal(r.Content, "capsnap_malformed_response")}, true, nil
 	}
 	if r.Withheld == 0 {
-		s.decider.Passed(server)
+		s.decider.Passed(server, true)
 	}
 	common := &extprocv3.CommonResponse{}
 	if !bytes.Equal(r.Content, body) {
@@ -138,10 +138,8 @@ func (s *Server) screenBody(head decide.ResponseHead, server, release string, bo
 // place, which ends the stream (last).
 func (sc *screen) feed(chunk []byte, end, trailers bool) (resps []*extprocv3.ProcessingResponse, last bool) {
 	out, whole := sc.read(chunk, end)
-	if end || whole != nil {
-		sc.count()
-	}
 	if whole != nil {
+		sc.count()
 		if sc.deferred {
 			return []*extprocv3.ProcessingResponse{refusal(whole, "capsnap_malformed_response")}, true
 		}
@@ -155,18 +153,22 @@ func (sc *screen) feed(chunk []byte, end, trailers bool) (resps []*extprocv3.Pro
 		sc.deferred = false
 		resps = append(resps, passedHeaders())
 	}
+	if end {
+		sc.count()
+	}
 	return append(resps, streamedBody(out, end && !trailers)...), false
 }
 
 // count counts the answer once: as passed when nothing of it was withheld
-// (each withholding was counted as it was made).
+// (each withholding was counted as it was made), or, cut off while it was
+// held back whole, as unfinished.
 func (sc *screen) count() {
 	if sc.counted {
 		return
 	}
 	sc.counted = true
 	if !sc.withheld {
-		sc.d.Passed(sc.server)
+		sc.d.Passed(sc.server, !sc.deferred)
 	}
 }
 
@@ -211,6 +213,16 @@ func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
 		return nil, nil
 	}
 	if !end {
+		if sc.framing != mcpparse.FramingOther {
+			return nil, nil
+		}
+		// What is held so far could name tools for some client already:
+		// withheld now, not when the answer ends (a GET stream never
+		// does). A body that could not still may, once more of it comes.
+		if r := sc.d.Screen(sc.server, sc.head, sc.held); r.Whole {
+			sc.withheld, sc.held = true, nil
+			return nil, r.Content
+		}
 		return nil, nil
 	}
 	content := sc.held

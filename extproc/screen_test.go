@@ -153,10 +153,11 @@ func TestScreenedJSONBody(t *testing.T) {
 	}
 }
 
-// A body of a framing clients read differently (or none names) is read
-// whole, its headers held back with it: what cannot name tools passes as
-// it was sent, headers and body; what could is refused whole, the error in
-// the answer's place.
+// A body of a framing clients read differently (or none names) is held
+// whole, its headers held back with it, and screened as it grows: what
+// cannot name tools passes as it was sent, headers and body, once it ends;
+// what could is refused whole as soon as it could (a GET stream never
+// ends), the error in the answer's place.
 func TestScreenedOtherFraming(t *testing.T) {
 	for _, tt := range []struct {
 		name, ctype string
@@ -167,6 +168,7 @@ func TestScreenedOtherFraming(t *testing.T) {
 		{name: "an HTML 502", ctype: "text/html", chunks: []string{"<p>upstream ", "down</p>"}},
 		{name: "no content type, ended by trailers", chunks: []string{"plain ", "text"}, trailers: true},
 		{name: "events as text/plain", ctype: "text/plain", chunks: []string{"data: {\"LIST", "ING\":1}\n\n"}, refused: true},
+		{name: "a stream that goes on", ctype: "text/plain", chunks: []string{"data: {\"LISTING\":1}\n\n", "data: {}\n\n"}, trailers: true, refused: true},
 		{name: "JSON naming an event stream", ctype: `application/json; profile="text/event-stream"`, chunks: []string{`{"LISTING":1}`}, refused: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,8 +206,8 @@ func TestScreenedOtherFraming(t *testing.T) {
 			if tt.trailers && recv(t, s).GetResponseTrailers() == nil {
 				t.Fatal("the trailers were not answered")
 			}
-			if len(rec.screened) != 1 || rec.passed != 1 {
-				t.Fatalf("screened %q, passed %d: want it screened whole once, counted as passed", rec.screened, rec.passed)
+			if want := strings.Join(tt.chunks, ""); len(rec.screened) == 0 || rec.screened[len(rec.screened)-1] != want || rec.passed != 1 {
+				t.Fatalf("screened %q, passed %d: want it screened whole at last, counted as passed", rec.screened, rec.passed)
 			}
 		})
 	}

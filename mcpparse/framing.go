@@ -80,7 +80,7 @@ func utf8Charset(v string) bool { return strings.EqualFold(v, "utf-8") || string
 // the given Content-Type: as one JSON document when the type names JSON
 // anywhere; as an event stream always (lines ended by CR, LF or CRLF, as
 // the TypeScript and Python SDKs split them, or by LF alone, as the Go
-// SDK does; a byte order mark skipped or not); and each of those in the
+// SDK does; any field whose name holds "data"); and each of those in the
 // bytes as they are and as decoded by the type's charset. A charset
 // capsnap cannot decode leaves it unable to say, so any body but a blank
 // one may name anything.
@@ -170,8 +170,9 @@ func utf16Text(b []byte, bigEndian bool) []byte {
 
 // dataMayName reports whether some event-stream reading of text has a
 // data line that may name name. Lines end at CR, LF or CRLF (anyEnd) or
-// at LF alone; a field is data whatever its case, after a byte order mark
-// if one starts the line. Each name a JSON parser reads in an event's
+// at LF alone; a field is data whatever its case and whatever else its
+// name holds (a byte order mark, one mis-decoded as "ï»¿", which the
+// TypeScript SDK's parser drops, space, which Go's trims). Each name a JSON parser reads in an event's
 // data lies within one data line (JSON allows no line break inside a
 // string), so data lines are looked at one by one.
 func dataMayName(text []byte, name string, anyEnd bool) bool {
@@ -186,9 +187,8 @@ func dataMayName(text []byte, name string, anyEnd bool) bool {
 		} else {
 			line, text = text[:i], text[i+1:]
 		}
-		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 		field, value, _ := bytes.Cut(line, []byte(":"))
-		if bytes.EqualFold(field, []byte("data")) && MayName(value, name) {
+		if bytes.Contains(bytes.ToLower(field), []byte("data")) && MayName(value, name) {
 			return true
 		}
 	}

@@ -63,6 +63,13 @@ func ReadEventStream(body []byte) ([]Event, error) {
 			cur.lines = append(cur.lines, span{pos, next})
 		case "event":
 			cur.Type = string(value)
+		case "", "id", "retry":
+		default:
+			// The standard ignores any other field, but clients do not
+			// all read field names alike: TypeScript's parser drops the
+			// characters of a mis-decoded byte order mark ("ï»¿data")
+			// and Go's trims Unicode space. No MCP server sends another.
+			return nil, fmt.Errorf("event stream has a field %s that MCP clients do not all read alike", excerpt(name))
 		}
 		pos = next
 	}

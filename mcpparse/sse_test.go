@@ -26,7 +26,13 @@ func TestReadEventStream(t *testing.T) {
 		{name: "a tab is not dropped", body: "data:\tx\n\n", data: []string{"\tx"}, spans: []string{"data:\tx\n\n"}, nData: []int{1}},
 		{name: "data field without a colon", body: "data\n\n", data: []string{""}, spans: []string{"data\n\n"}, nData: []int{1}},
 		{name: "data lines join with LF", body: "data: a\ndata:\ndata: b\n\n", data: []string{"a\n\nb"}, spans: []string{"data: a\ndata:\ndata: b\n\n"}, nData: []int{3}},
-		{name: "field names are case-sensitive", body: "Data: no\ndata : no\ndata: yes\n\n", data: []string{"yes"}, spans: []string{"Data: no\ndata : no\ndata: yes\n\n"}, nData: []int{1}},
+		// The standard ignores other fields; clients read their names
+		// differently (TypeScript drops a mis-decoded byte order mark,
+		// Go trims space), so capsnap refuses every one.
+		{name: "a field in another case", body: "Data: no\ndata: yes\n\n", err: `field "Data"`},
+		{name: "a field with a space", body: "data : no\n\n", err: `field "data "`},
+		{name: "a field after a mis-decoded byte order mark", body: "\u00ef\u00bb\u00bfdata: {}\n\n", err: "field"},
+		{name: "an unknown field", body: "x-trace: 1\ndata: a\n\n", err: `field "x-trace"`},
 		{name: "colon inside the value", body: "data: a: b\n\n", data: []string{"a: b"}, spans: []string{"data: a: b\n\n"}, nData: []int{1}},
 		{
 			name:  "other fields and comments carry no data",

@@ -120,7 +120,17 @@ func (h *hijacker) stream(w http.ResponseWriter, r *http.Request, session string
 		}
 		h.mu.Unlock()
 	}()
-	w.Header().Set("Content-Type", "text/event-stream")
+	// The stream in a framing a test asks for (FramingHeader), the
+	// listing on it too.
+	f, err := framingOf(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f == nil {
+		f = &framing{contentType: []string{"text/event-stream"}, encode: asEvent}
+	}
+	f.header(w)
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flush := func() {
@@ -134,7 +144,7 @@ func (h *hijacker) stream(w http.ResponseWriter, r *http.Request, session string
 		case <-r.Context().Done():
 			return
 		case msg := <-ch:
-			fmt.Fprintf(w, "id: hijack-%d\nevent: message\ndata: %s\n\n", n, msg)
+			w.Write(f.encode(msg, fmt.Sprintf("hijack-%d", n)))
 			flush()
 		}
 	}

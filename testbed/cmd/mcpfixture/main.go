@@ -66,8 +66,14 @@
 //	      and a tools/list result for id 99
 //	get-stream  a session's first tools/list is answered on its GET stream
 //	      (see HijackMode), with the SDK's own listing
+//	get-big  a GET: a text/event-stream of a progress notification, a
+//	      log message event of 1.2 MB (no listing), and a ping request
 //
 // Each listing names a tool whose description holds MisrouteMarker.
+//
+// A request that carries the header x-fixture-framing gets the SDK's own
+// tools/list answer (on its POST, or on the GET stream with get-stream) in
+// a framing MCP clients read differently: see FramingHeader.
 //
 // Every handler counts its start, before anything else, so that a test can
 // prove a call capsnap denied never reached the server.
@@ -359,6 +365,10 @@ func (f *fixture) writeStats(w http.ResponseWriter) {
 	_ = json.NewEncoder(w).Encode(f.stats())
 }
 
+// bigEvent is the size of get-big's large event: past capsnap's default
+// discovery.max_response_bytes (1 MiB).
+const bigEvent = 1200 << 10
+
 // maxBody bounds the request bodies the malformed mode reads.
 const maxBody = 1 << 20
 
@@ -423,17 +433,41 @@ func misrouteGate(next http.Handler) http.Handler {
 			}
 		}
 		pong := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, msg.ID)
+		// In the framing a test asks for, or the plain one.
+		f, err := framingOf(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		events := func(msgs ...string) {
+			if f == nil {
+				f = &framing{contentType: []string{"text/event-stream"}, encode: asEvent}
+			}
+			f.header(w)
+			for i, m := range msgs {
+				id := ""
+				if how != "sse" {
+					id = fmt.Sprintf("e%d", i+1)
+				}
+				w.Write(f.encode([]byte(m), id))
+			}
+		}
 		switch {
 		case how == "get" && r.Method == http.MethodGet:
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprintf(w, "id: e1\nevent: message\ndata: %s\n\n", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}`)
-			fmt.Fprintf(w, "id: e2\nevent: message\ndata: %s\n\n", listing(`"stolen"`))
-			fmt.Fprintf(w, "id: e3\nevent: message\ndata: %s\n\n", `{"jsonrpc":"2.0","id":"srv-1","method":"ping"}`)
+			events(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}`, listing(`"stolen"`), `{"jsonrpc":"2.0","id":"srv-1","method":"ping"}`)
+		case how == "get-big" && r.Method == http.MethodGet:
+			// An event over capsnap's bound (1 MiB by default), no listing
+			// in it, between two small ones.
+			events(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}`,
+				`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+strings.Repeat("x", bigEvent)+`"}}`,
+				`{"jsonrpc":"2.0","id":"srv-1","method":"ping"}`)
 		case how == "sse" && r.Method == http.MethodPost:
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprintf(w, "event: message\ndata: %s\n\nevent: message\ndata: %s\n\n", listing("99"), pong)
+			events(listing("99"), pong)
 		case how == "json" && r.Method == http.MethodPost:
-			w.Header().Set("Content-Type", "application/json")
+			if f == nil {
+				f = &framing{contentType: []string{"application/json"}, encode: asJSON}
+			}
+			f.header(w)
 			fmt.Fprintf(w, "[%s,%s]", pong, listing("99"))
 		default:
 			http.Error(w, "misroute: unknown "+MisrouteHeader+" for "+r.Method, http.StatusBadRequest)
@@ -448,13 +482,13 @@ func (f *fixture) routes() http.Handler {
 	get := func(*http.Request) *mcp.Server { return f.srv }
 	sessions := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout, JSONResponse: f.opts.json})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: f.opts.json})
-	mcpH := misrouteGate(f.malformedGate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mcpH := misrouteGate(framingGate(f.malformedGate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		sessions.ServeHTTP(w, r)
-	})))
+	}))))
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpH)
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, _ *http.Request) { f.writeStats(w) })
