@@ -40,7 +40,7 @@ type recorder struct {
 	// oversized and passed count Oversized's and Passed's calls, and
 	// aborted are the tickets Aborted was told of.
 	oversized, passed, unfinished int
-	aborted           []string
+	aborted                       []string
 }
 
 func (r *recorder) Elicits(session string) { r.elicits = append(r.elicits, session) }
