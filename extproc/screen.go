@@ -236,43 +236,56 @@ func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
 	return r.Content, nil
 }
 
-// readEvents screens an event stream event by event, as each one ends. An
-// event that outgrows the bound before it ends is withheld whole: an
-// error event takes its place at once, and its bytes are dropped until
-// the blank line that ends it.
+// readEvents screens an event stream event by event, as each one ends.
+// An event over the bound is withheld whole, an error event in its place:
+// at once when it outgrows the bound before it ends, its bytes then
+// dropped until the blank line that ends it; and so is one that came
+// whole in one chunk, so that what passes does not hang on how Envoy cut
+// the stream.
 func (sc *screen) readEvents(chunk []byte, end bool) []byte {
-	if sc.dropping {
+	var out []byte
+	max := sc.d.MaxResponseBytes()
+	for {
+		if sc.dropping {
+			n, ok := sc.line.end(chunk)
+			if !ok {
+				return out
+			}
+			sc.dropping, chunk = false, chunk[n:]
+		}
 		n, ok := sc.line.end(chunk)
 		if !ok {
-			return nil
-		}
-		sc.dropping, chunk = false, chunk[n:]
-	}
-	sc.held = append(sc.held, chunk...)
-	var out []byte
-	switch n := mcpparse.CompleteEvents(sc.held); {
-	case end:
-		out = sc.screenEvents(sc.held)
-		sc.held = nil
-	case n > 0:
-		out = sc.screenEvents(sc.held[:n])
-		sc.held = append([]byte(nil), sc.held[n:]...)
-	}
-	if len(sc.held) > sc.d.MaxResponseBytes() {
-		r := sc.d.Oversized(sc.server, sc.head)
-		if r.Withheld == 0 {
-			sc.passing, out, sc.held = true, append(out, sc.held...), nil
+			sc.held = append(sc.held, chunk...)
+			switch {
+			case len(sc.held) > max:
+				r := sc.d.Oversized(sc.server, sc.head)
+				if r.Withheld == 0 {
+					sc.passing = true
+					return append(append(out, sc.held...), r.Content...)
+				}
+				sc.withheld, sc.dropping, sc.held = true, true, nil
+				out = append(out, r.Content...)
+			case end && len(sc.held) > 0:
+				// The stream ended inside an event.
+				out = append(out, sc.screenEvents(sc.held)...)
+				sc.held = nil
+			}
 			return out
 		}
-		sc.withheld = true
-		out = append(out, r.Content...)
-		// held ends inside its event: where, line by line, is where
-		// dropping goes on from.
-		sc.line = eventLine{}
-		sc.line.end(sc.held)
-		sc.dropping, sc.held = true, nil
+		event := append(sc.held, chunk[:n]...)
+		sc.held, chunk = nil, chunk[n:]
+		if len(event) > max {
+			r := sc.d.Oversized(sc.server, sc.head)
+			if r.Withheld == 0 {
+				out = append(out, event...)
+				continue
+			}
+			sc.withheld = true
+			out = append(out, r.Content...)
+			continue
+		}
+		out = append(out, sc.screenEvents(event)...)
 	}
-	return out
 }
 
 // screenEvents screens whole events.

@@ -51,6 +51,13 @@ func (f Framing) String() string {
 // clients' default; a header that names the other media type anywhere,
 // even inside a parameter's value, is one that clients read differently.
 func FramingOf(contentType string) Framing {
+	// What servers send, read on every answer without a parse.
+	switch contentType {
+	case "application/json":
+		return FramingJSON
+	case "text/event-stream":
+		return FramingSSE
+	}
 	lower := strings.ToLower(contentType)
 	if strings.Contains(lower, ",") {
 		return FramingOther

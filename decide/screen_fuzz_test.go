@@ -1,0 +1,170 @@
+package decide
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"strings"
+	"testing"
+	"unicode/utf16"
+)
+
+// sdkReadsListing reports whether some official MCP SDK client could read
+// a tools/list result in body, an answer of Content-Type ct, reading it
+// as each one does (docs/ENVOY.md, "How an answer is framed"), and more
+// loosely where that is simpler: a superset of the clients' readings.
+//
+//   - As JSON: TypeScript when the media type's essence is
+//     application/json (a byte order mark dropped), Python when the
+//     lower-cased header starts with it, Go by mime.ParseMediaType; the
+//     first JSON value, whatever follows it (Go's reader).
+//   - As an event stream: TypeScript whatever the type (on the GET stream
+//     and a resumed one), Python and Go by their own tests of the type,
+//     which are narrower; lines ended at CR, LF or CRLF (TypeScript,
+//     Python) or at LF alone (Go); field names with space and any byte
+//     order mark trimmed; an event at the end of the stream dispatched
+//     (Go); any event type; and the text decoded as UTF-16 where the
+//     charset says so (Python).
+func sdkReadsListing(ct string, body []byte) bool {
+	lower := strings.ToLower(strings.TrimSpace(ct))
+	essence, params, _ := mime.ParseMediaType(ct)
+	if essence == "application/json" || strings.HasPrefix(lower, "application/json") {
+		if jsonListing(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))) {
+			return true
+		}
+	}
+	texts := [][]byte{body}
+	switch strings.ToLower(params["charset"]) {
+	case "utf-16", "utf-16le":
+		texts = append(texts, fuzzUTF16(body, false), fuzzUTF16(body, true))
+	case "utf-16be":
+		texts = append(texts, fuzzUTF16(body, true))
+	}
+	for _, text := range texts {
+		for _, anyEnd := range []bool{true, false} {
+			for _, data := range looseEvents(text, anyEnd) {
+				if jsonListing(data) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// jsonListing reports whether doc's first JSON value is a response (or a
+// batch holding one) whose result is an object with a member named tools,
+// names matched in any case as encoding/json matches them.
+func jsonListing(doc []byte) bool {
+	var v any
+	if json.NewDecoder(bytes.NewReader(doc)).Decode(&v) != nil {
+		return false
+	}
+	msgs, ok := v.([]any)
+	if !ok {
+		msgs = []any{v}
+	}
+	for _, m := range msgs {
+		obj, _ := m.(map[string]any)
+		for k, r := range obj {
+			result, isObj := r.(map[string]any)
+			if !strings.EqualFold(k, "result") || !isObj {
+				continue
+			}
+			for name := range result {
+				if strings.EqualFold(name, "tools") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// looseEvents is the data of every event some client reads in text.
+func looseEvents(text []byte, anyEnd bool) [][]byte {
+	var events [][]byte
+	var data [][]byte
+	open := false
+	dispatch := func() {
+		if open {
+			events = append(events, bytes.Join(data, []byte("\n")))
+		}
+		data, open = nil, false
+	}
+	for len(text) > 0 {
+		var line []byte
+		i := bytes.IndexByte(text, '\n')
+		if anyEnd {
+			i = bytes.IndexAny(text, "\r\n")
+		}
+		switch {
+		case i < 0:
+			line, text = text, nil
+		case anyEnd && text[i] == '\r' && i+1 < len(text) && text[i+1] == '\n':
+			line, text = text[:i], text[i+2:]
+		default:
+			line, text = text[:i], text[i+1:]
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			dispatch()
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		name = bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimPrefix(name, []byte("\xef\xbb\xbf")), []byte("\u00ef\u00bb\u00bf")))
+		if string(name) == "data" {
+			data = append(data, bytes.TrimPrefix(value, []byte(" ")))
+			open = true
+		}
+	}
+	dispatch()
+	return events
+}
+
+func fuzzUTF16(b []byte, bigEndian bool) []byte {
+	u := make([]uint16, len(b)/2)
+	for i := range u {
+		if bigEndian {
+			u[i] = uint16(b[2*i])<<8 | uint16(b[2*i+1])
+		} else {
+			u[i] = uint16(b[2*i+1])<<8 | uint16(b[2*i])
+		}
+	}
+	return []byte(string(utf16.Decode(u)))
+}
+
+// FuzzScreen feeds Screen, the response path of every answer that is not
+// a tools/list's own, arbitrary Content-Types and bodies: whatever it
+// passes (not withheld whole), no SDK client's reading of it finds a
+// tools/list result.
+func FuzzScreen(f *testing.F) {
+	const listing = `{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"ghost","inputSchema":{"type":"object"}}]}}`
+	for _, c := range []struct{ ct, body string }{
+		{"application/json", listing},
+		{"application/json", `{"jsonrpc":"2.0","id":3,"result":{"content":[]}}`},
+		{"text/event-stream", "data: " + listing + "\n\n"},
+		{"text/event-stream", "id: 1\r\nevent: message\r\ndata: " + listing + "\r\n\r\n"},
+		{`application/json; profile="text/event-stream"`, listing},
+		{"application/json, text/event-stream", listing},
+		{"text/event-stream; charset=utf-16le", utf16LE("data: " + listing + "\n\n")},
+		{"text/plain", "data: " + listing + "\n\n"},
+		{"", "data: " + listing},
+		{"text/html", "<p>502 Bad Gateway</p>"},
+		{"application/jsonp", listing},
+		{"text/event-stream", "\u00ef\u00bb\u00bfdata: " + listing + "\n\n"},
+		{"text/event-stream", "data: " + listing + "\rdata: x\n\n"},
+	} {
+		f.Add(c.ct, []byte(c.body))
+	}
+	fx := newFixture(f, discardAudit)
+	f.Fuzz(func(t *testing.T, ct string, body []byte) {
+		r := fx.Screen("billing", ResponseHead{Status: 200, ContentType: ct}, body)
+		if r.Whole {
+			return
+		}
+		if sdkReadsListing(ct, r.Content) {
+			t.Fatalf("Screen passed, of Content-Type %q:\n%q\nin which an SDK client reads a tools/list result", ct, r.Content)
+		}
+	})
+}
