@@ -149,20 +149,26 @@ type floors struct {
 func (v view) Floors() *floors {
 	c, ok1 := v.Mode(ModeCapsnap)
 	f, ok2 := v.Mode(ModeFloor)
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 || f.RPS == 0 {
 		return nil
 	}
-	out := &floors{Whole: ratioOf(c.RPS, f.RPS)}
-	for _, mode := range []string{ModeFloor, ModeFloorExtProc} {
-		fl, ok := v.Mode(mode)
-		if !ok {
-			out.Table.rows = append(out.Table.rows, []string{mode, "not run", "", "", "", "", ""})
+	// capsnap's ratio to each floor with the digits that decide its
+	// target, as the target gives it.
+	vs := func(fl EnvoyRun, limit float64) string { return ratioText(c.RPS/fl.RPS, limit) + "×" }
+	out := &floors{Whole: vs(f, MinEnvoyRatio)}
+	for _, fl := range []struct {
+		mode  string
+		limit float64
+	}{{ModeFloor, MinEnvoyRatio}, {ModeFloorExtProc, MinEnvoyExtProcRatio}} {
+		run, ok := v.Mode(fl.mode)
+		if !ok || run.RPS == 0 {
+			out.Table.rows = append(out.Table.rows, []string{fl.mode, "not run", "", "", "", "", ""})
 			continue
 		}
-		out.Table.rows = append(out.Table.rows, []string{mode, fmt.Sprintf("%.0f", fl.RPS), Dur(fl.P50), Dur(fl.P99),
-			ratioOf(c.RPS, fl.RPS), signed(c.P50 - fl.P50), signed(c.P99 - fl.P99)})
-		if mode == ModeFloorExtProc {
-			out.Transport, out.Own = ratioOf(fl.RPS, f.RPS), ratioOf(c.RPS, fl.RPS)
+		out.Table.rows = append(out.Table.rows, []string{fl.mode, fmt.Sprintf("%.0f", run.RPS), Dur(run.P50), Dur(run.P99),
+			vs(run, fl.limit), signed(c.P50 - run.P50), signed(c.P99 - run.P99)})
+		if fl.mode == ModeFloorExtProc {
+			out.Transport, out.Own = ratioOf(run.RPS, f.RPS), vs(run, fl.limit)
 		}
 	}
 	return out

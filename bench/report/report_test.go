@@ -104,7 +104,8 @@ func envoyRun(t *testing.T, r *Results, mode string) *EnvoyRun {
 
 // capsnap through Envoy is judged against the floor behind both of its
 // filters on calls/s alone, and shown against each floor, its ratio to
-// the ext_authz floor split into the transport's and its own.
+// the ext_authz floor split into the transport's and its own, each of
+// its ratios with the digits that decide its target.
 func TestEnvoyFloors(t *testing.T) {
 	r := sample()
 	envoyRun(t, r, ModeFloor).RPS = 1250
@@ -131,6 +132,7 @@ func TestEnvoyFloors(t *testing.T) {
 	if tg := target(t, r, TargetEnvoyExtProc); tg.Status != Missed || !strings.HasPrefix(tg.Measured, "0.898× the calls/s") {
 		t.Errorf("under the line: %+v", tg)
 	}
+	mustContain(t, markdown(t, r), "| "+ModeFloorExtProc+" | 1113 | 2.50 ms | 4.00 ms | 0.898× |", "times 0.898× for capsnap's own work")
 	// A run without the second floor judges nothing against it, and says
 	// so where its figures would be.
 	r.Envoy = slices.DeleteFunc(r.Envoy, func(e EnvoyRun) bool { return e.Mode == ModeFloorExtProc })
