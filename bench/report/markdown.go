@@ -134,8 +134,49 @@ func (v view) NoExtAuthz() EnvoyRun {
 	return e
 }
 
-// EnvoyCPU is a call's CPU by process in each mode, and what capsnap adds
-// over the floor; nil if no mode has the figures.
+// floors is capsnap through Envoy against each floor.
+type floors struct {
+	Table table
+	// Whole is capsnap's calls/s against the ext_authz floor's, split
+	// into Transport, the ext_authz + ext_proc floor's against the
+	// ext_authz floor's, and Own, capsnap's against the ext_authz +
+	// ext_proc floor's: Whole = Transport × Own. Transport and Own are
+	// empty without the second floor.
+	Whole, Transport, Own string
+}
+
+// Floors is nil unless capsnap and the ext_authz floor ran through Envoy.
+func (v view) Floors() *floors {
+	c, ok1 := v.Mode(ModeCapsnap)
+	f, ok2 := v.Mode(ModeFloor)
+	if !ok1 || !ok2 || f.RPS == 0 {
+		return nil
+	}
+	// capsnap's ratio to each floor with the digits that decide its
+	// target, as the target gives it.
+	vs := func(fl EnvoyRun, limit float64) string { return ratioText(c.RPS/fl.RPS, limit) + "×" }
+	out := &floors{Whole: vs(f, MinEnvoyRatio)}
+	for _, fl := range []struct {
+		mode  string
+		limit float64
+	}{{ModeFloor, MinEnvoyRatio}, {ModeFloorExtProc, MinEnvoyExtProcRatio}} {
+		run, ok := v.Mode(fl.mode)
+		if !ok || run.RPS == 0 {
+			out.Table.rows = append(out.Table.rows, []string{fl.mode, "not run", "", "", "", "", ""})
+			continue
+		}
+		out.Table.rows = append(out.Table.rows, []string{fl.mode, fmt.Sprintf("%.0f", run.RPS), Dur(run.P50), Dur(run.P99),
+			vs(run, fl.limit), signed(c.P50 - run.P50), signed(c.P99 - run.P99)})
+		if fl.mode == ModeFloorExtProc {
+			out.Transport, out.Own = ratioOf(run.RPS, f.RPS), vs(run, fl.limit)
+		}
+	}
+	return out
+}
+
+// EnvoyCPU is a call's CPU by process in each mode, what capsnap adds over
+// each floor and what ext_proc's transport adds to the floor; nil if no
+// mode has the figures.
 func (v view) EnvoyCPU() *table {
 	var cpu []cpuRow
 	for _, e := range v.Envoy {
@@ -146,7 +187,9 @@ func (v view) EnvoyCPU() *table {
 	if len(cpu) == 0 {
 		return nil
 	}
-	return cpuTable(cpu, ModeCapsnap, ModeFloor, "capsnap − floor")
+	return cpuTable(cpu, cpuDiff{ModeCapsnap, ModeFloor, "capsnap − floor"},
+		cpuDiff{ModeFloorExtProc, ModeFloor, "ext_proc floor − floor"},
+		cpuDiff{ModeCapsnap, ModeFloorExtProc, "capsnap − ext_proc floor"})
 }
 
 // cpuRow is one mode's split of a call's CPU among processes.
@@ -155,9 +198,12 @@ type cpuRow struct {
 	cpu  []ProcessCPU
 }
 
-// cpuTable is each row's CPU per call, by process and in all, and a last
-// row (named label) of what mode more adds over mode base.
-func cpuTable(rows []cpuRow, more, base, label string) *table {
+// cpuDiff is a row, named label, of what mode more adds over mode base.
+type cpuDiff struct{ more, base, label string }
+
+// cpuTable is each row's CPU per call, by process and in all, and then
+// each of diffs whose two modes both have a row.
+func cpuTable(rows []cpuRow, diffs ...cpuDiff) *table {
 	// The columns in the order of the row with the most processes, the
 	// others' after.
 	var procs []string
@@ -179,8 +225,8 @@ func cpuTable(rows []cpuRow, more, base, label string) *table {
 		return 0
 	}
 	t := &table{head: append(append([]string{"mode"}, procs...), "all")}
-	var m, bs *cpuRow
-	for i, r := range rows {
+	byMode := map[string]cpuRow{}
+	for _, r := range rows {
 		line, all := []string{r.mode}, time.Duration(0)
 		for _, p := range procs {
 			d := perCall(r, p)
@@ -188,19 +234,19 @@ func cpuTable(rows []cpuRow, more, base, label string) *table {
 			line = append(line, orDash(d))
 		}
 		t.rows = append(t.rows, append(line, Dur(all)))
-		switch r.mode {
-		case more:
-			m = &rows[i]
-		case base:
-			bs = &rows[i]
-		}
+		byMode[r.mode] = r
 	}
-	if m != nil && bs != nil {
-		line, all := []string{label}, time.Duration(0)
+	for _, d := range diffs {
+		m, ok1 := byMode[d.more]
+		b, ok2 := byMode[d.base]
+		if !ok1 || !ok2 {
+			continue
+		}
+		line, all := []string{d.label}, time.Duration(0)
 		for _, p := range procs {
-			d := perCall(*m, p) - perCall(*bs, p)
-			all += d
-			line = append(line, signed(d))
+			x := perCall(m, p) - perCall(b, p)
+			all += x
+			line = append(line, signed(x))
 		}
 		t.rows = append(t.rows, append(line, signed(all)))
 	}
@@ -228,7 +274,7 @@ func (d Delivery) CPU() *table {
 		return nil
 	}
 	const with, without = "with the response path", "without the response path"
-	return cpuTable([]cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, with, without, "added by the response path")
+	return cpuTable([]cpuRow{{without, d.WithoutCPU}, {with, d.WithCPU}}, cpuDiff{with, without, "added by the response path"})
 }
 
 // missed is a missed target, and the target under which its profile is

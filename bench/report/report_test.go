@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,10 @@ func sample() *Results {
 			GRPCRun{Server: OPA, Concurrency: c, Report: grpcload.Report{Count: 300, RPS: 300, P50: 900 * time.Microsecond, P99: 3 * time.Millisecond}, CPUPerCheck: 150 * time.Microsecond},
 		)
 	}
-	for i, m := range Modes {
-		r.Envoy = append(r.Envoy, EnvoyRun{Mode: m, Result: mcpload.Result{Calls: 100, RPS: 1000, P50: time.Duration(1+i) * time.Millisecond, P99: 5 * time.Millisecond}})
+	// Through Envoy, every mode at the same calls/s.
+	p50 := map[string]time.Duration{ModeNone: time.Millisecond, ModeFloor: 2 * time.Millisecond, ModeFloorExtProc: 2500 * time.Microsecond, ModeCapsnap: 3 * time.Millisecond}
+	for _, m := range Modes {
+		r.Envoy = append(r.Envoy, EnvoyRun{Mode: m, Result: mcpload.Result{Calls: 100, RPS: 1000, P50: p50[m], P99: 5 * time.Millisecond}})
 	}
 	bench := func(name string, metrics map[string]float64) gobench.Result {
 		return gobench.Result{Pkg: "github.com/capsnap/capsnap/decide", Name: name, Metrics: metrics}
@@ -47,7 +50,7 @@ func TestEvaluate(t *testing.T) {
 	r := sample()
 	want := map[string]Status{
 		TargetThroughput: Met, TargetP99: Met, TargetCPU: Missed, TargetCPUFloor: Missed, TargetDeployed: NotRun,
-		TargetEnvoy: Met, TargetDelivery: NotRun, TargetFlat: Met,
+		TargetEnvoy: Met, TargetEnvoyExtProc: Met, TargetDelivery: NotRun, TargetFlat: Met,
 		TargetMemory: NotRun, TargetInvalidation: Met, TargetBudget: Met,
 	}
 	got := Evaluate(r)
@@ -81,10 +84,65 @@ func TestEvaluate(t *testing.T) {
 	if tg := target(t, r, TargetDeployed); tg.Status != Missed || tg.Measured != "4.90 µs, 16 allocs" {
 		t.Errorf("deployed: %+v", tg)
 	}
-	r.Envoy[2].P99 = r.Envoy[1].P99 + 600*time.Microsecond // capsnap's, over the floor's
+	envoyRun(t, r, ModeCapsnap).P99 = envoyRun(t, r, ModeFloor).P99 + 600*time.Microsecond
 	if tg := target(t, r, TargetEnvoy); tg.Status != Missed || !strings.Contains(tg.Measured, "1.00× the calls/s; p99 +600 µs") {
 		t.Errorf("envoy: %+v", tg)
 	}
+}
+
+// envoyRun is r's run through Envoy in mode, to change.
+func envoyRun(t *testing.T, r *Results, mode string) *EnvoyRun {
+	t.Helper()
+	for i := range r.Envoy {
+		if r.Envoy[i].Mode == mode {
+			return &r.Envoy[i]
+		}
+	}
+	t.Fatalf("no run in mode %s", mode)
+	return nil
+}
+
+// capsnap through Envoy is judged against the floor behind both of its
+// filters on calls/s alone, and shown against each floor, its ratio to
+// the ext_authz floor split into the transport's and its own, each of
+// its ratios with the digits that decide its target.
+func TestEnvoyFloors(t *testing.T) {
+	r := sample()
+	envoyRun(t, r, ModeFloor).RPS = 1250
+	fl := envoyRun(t, r, ModeFloorExtProc)
+	fl.RPS, fl.P99 = 1100, 4*time.Millisecond
+	tg := target(t, r, TargetEnvoyExtProc)
+	if tg.Status != Met || tg.Measured != "0.91× the calls/s (1000, the floor's 1100)" || tg.Threshold != "≥ 0.90× the ext_authz + ext_proc floor's calls/s" {
+		t.Errorf("met: %+v", tg)
+	}
+	mustContain(t, markdown(t, r),
+		"### capsnap against each floor",
+		"| "+ModeFloor+" | 1250 | 2.00 ms | 5.00 ms | 0.80× | +1.00 ms | +0 |",
+		"| "+ModeFloorExtProc+" | 1100 | 2.50 ms | 4.00 ms | 0.91× | +500 µs | +1.00 ms |",
+		"capsnap makes 0.80× the floor's calls/s: 0.88× for the transport", "times 0.91× for capsnap's own work",
+		"| ext_authz + ext_proc → floor | 1100 | 2.50 ms | 4.00 ms |", // in the table of every mode
+	)
+	// Its ratio on the line is met, a hair under it missed, and it shows
+	// the digits that decide it.
+	fl.RPS = 1000 / MinEnvoyExtProcRatio
+	if tg := target(t, r, TargetEnvoyExtProc); tg.Status != Met {
+		t.Errorf("on the line: %+v", tg)
+	}
+	fl.RPS = 1000/MinEnvoyExtProcRatio + 2
+	if tg := target(t, r, TargetEnvoyExtProc); tg.Status != Missed || !strings.HasPrefix(tg.Measured, "0.898× the calls/s") {
+		t.Errorf("under the line: %+v", tg)
+	}
+	mustContain(t, markdown(t, r), "| "+ModeFloorExtProc+" | 1113 | 2.50 ms | 4.00 ms | 0.898× |", "times 0.898× for capsnap's own work")
+	// A run without the second floor judges nothing against it, and says
+	// so where its figures would be.
+	r.Envoy = slices.DeleteFunc(r.Envoy, func(e EnvoyRun) bool { return e.Mode == ModeFloorExtProc })
+	if tg := target(t, r, TargetEnvoyExtProc); tg.Status != NotRun {
+		t.Errorf("without the second floor: %+v", tg)
+	}
+	mustContain(t, markdown(t, r),
+		"| "+ModeFloorExtProc+" | not run |  |  |  |  |  |",
+		"The ext_proc floor did not run: capsnap's 0.80× of the floor's calls/s is its own work and the response path's transport together.",
+	)
 }
 
 // target is r's target id, evaluated.
@@ -218,6 +276,8 @@ func TestEnvoyCPU(t *testing.T) {
 			{Process: "the load", PerCall: 220 * time.Microsecond}},
 		ModeFloor: {{Process: "Envoy", PerCall: 330 * time.Microsecond}, {Process: "billing", PerCall: 470 * time.Microsecond},
 			{Process: "the authorizer", PerCall: 110 * time.Microsecond}, {Process: "the load", PerCall: 230 * time.Microsecond}},
+		ModeFloorExtProc: {{Process: "Envoy", PerCall: 370 * time.Microsecond}, {Process: "billing", PerCall: 465 * time.Microsecond},
+			{Process: "the authorizer", PerCall: 130 * time.Microsecond}, {Process: "the load", PerCall: 235 * time.Microsecond}},
 		ModeCapsnap: {{Process: "Envoy", PerCall: 390 * time.Microsecond}, {Process: "billing", PerCall: 460 * time.Microsecond},
 			{Process: "the authorizer", PerCall: 160 * time.Microsecond}, {Process: "the load", PerCall: 240 * time.Microsecond}},
 	}
@@ -230,6 +290,8 @@ func TestEnvoyCPU(t *testing.T) {
 		"| "+ModeNone+" | 200 µs | 450 µs | – | 220 µs | 870 µs |",
 		"| "+ModeCapsnap+" | 390 µs | 460 µs | 160 µs | 240 µs | 1.25 ms |",
 		"| capsnap − floor | +60 µs | −10 µs | +50 µs | +10 µs | +110 µs |",
+		"| ext_proc floor − floor | +40 µs | −5.00 µs | +20 µs | +5.00 µs | +60 µs |",
+		"| capsnap − ext_proc floor | +20 µs | −5.00 µs | +30 µs | +5.00 µs | +50 µs |",
 	)
 	if md := markdown(t, sample()); strings.Contains(md, "Where a call's CPU goes") {
 		t.Error("a CPU table without figures")

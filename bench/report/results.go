@@ -22,15 +22,19 @@ const (
 // Servers is the order servers are run and shown in.
 var Servers = []string{Capsnap, Floor, OPA}
 
-// The modes of the load through Envoy.
+// The modes of the load through Envoy. ModeFloor's Envoy skips the
+// ext_proc filter, which capsnap's runs on every answer; ModeFloorExtProc
+// runs both filters as capsnap's does, with the floor behind both: what
+// the transport costs, capsnap's work left out.
 const (
-	ModeNone    = "no ext_authz"
-	ModeFloor   = "ext_authz → floor"
-	ModeCapsnap = "ext_authz → capsnap"
+	ModeNone         = "no ext_authz"
+	ModeFloor        = "ext_authz → floor"
+	ModeFloorExtProc = "ext_authz + ext_proc → floor"
+	ModeCapsnap      = "ext_authz → capsnap"
 )
 
 // Modes is the order modes are run and shown in.
-var Modes = []string{ModeNone, ModeFloor, ModeCapsnap}
+var Modes = []string{ModeNone, ModeFloor, ModeFloorExtProc, ModeCapsnap}
 
 // The modes of the load through Envoy on the shared snapshot store (issue
 // 15): capsnap on Redis, one replica and two behind one cluster.

@@ -28,6 +28,7 @@ const (
 	TargetCPUFloor     = "cpu-floor"
 	TargetDeployed     = "deployed"
 	TargetEnvoy        = "envoy"
+	TargetEnvoyExtProc = "envoy-ext-proc"
 	TargetDelivery     = "delivery"
 	TargetFlat         = "flat"
 	TargetMemory       = "memory"
@@ -50,6 +51,10 @@ const (
 	// Through the real Envoy, capsnap against the floor.
 	MinEnvoyRatio    = 0.95
 	MaxEnvoyAddedP99 = 500 * time.Microsecond
+	// MinEnvoyExtProcRatio is capsnap's against the floor that runs both
+	// of its filters, ext_authz and ext_proc: capsnap's own cost, the
+	// transport's left out.
+	MinEnvoyExtProcRatio = 0.9
 	// MaxAddedListingP50 is what a tools/list of a 225-tool catalog
 	// through the response path may add to the p50 of the same Envoy
 	// without it.
@@ -129,6 +134,7 @@ func Evaluate(r *Results) []Target {
 		checkBudget(r.HotPath, Target{ID: TargetDeployed, Issue: 17, Name: "Go hot path: one allowed Check as deployed, on Redis (snapshot held) with the envelope under a grant (" + BenchCheckDeployed + ")"},
 			BenchCheckDeployed, MaxDeployedNs, MaxDeployedAllocs),
 		throughEnvoy(r),
+		throughEnvoyExtProc(r),
 		DeliveryTarget(r.Delivery),
 		million(r),
 		flat(r.Scale),
@@ -251,6 +257,26 @@ func throughEnvoy(r *Results) Target {
 	ratio, added := c.RPS/f.RPS, c.P99-f.P99
 	t.Measured = fmt.Sprintf("%s× the calls/s; p99 %s (%s, the floor's %s)", ratioText(ratio, MinEnvoyRatio), signed(added), Dur(c.P99), Dur(f.P99))
 	if ratio < MinEnvoyRatio || added > MaxEnvoyAddedP99 {
+		t.Status = Missed
+	}
+	return t
+}
+
+// throughEnvoyExtProc judges MCP calls through the real Envoy with capsnap
+// against the same Envoy, ext_proc and all, with the floor behind both
+// filters: each answer crosses ext_proc in both, so the gap is capsnap's
+// work and none of the transport.
+func throughEnvoyExtProc(r *Results) Target {
+	t := Target{ID: TargetEnvoyExtProc, Issue: 17, Name: "MCP calls through the real Envoy: capsnap against the floor behind ext_authz and ext_proc both",
+		Threshold: fmt.Sprintf("≥ %.2f× the ext_authz + ext_proc floor's calls/s", MinEnvoyExtProcRatio), Status: Met}
+	c, ok1 := r.Mode(ModeCapsnap)
+	f, ok2 := r.Mode(ModeFloorExtProc)
+	if !ok1 || !ok2 || f.RPS == 0 {
+		return notRun(t, "Envoy runs with capsnap and the ext_authz + ext_proc floor")
+	}
+	ratio := c.RPS / f.RPS
+	t.Measured = fmt.Sprintf("%s× the calls/s (%.0f, the floor's %.0f)", ratioText(ratio, MinEnvoyExtProcRatio), c.RPS, f.RPS)
+	if ratio < MinEnvoyExtProcRatio {
 		t.Status = Missed
 	}
 	return t

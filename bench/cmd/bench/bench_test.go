@@ -128,6 +128,23 @@ func TestDeliveryPolicy(t *testing.T) {
 	}
 }
 
+// An ext_proc stream count is read from Envoy's /stats text by its full
+// name; one that is not there is an error, never zero streams.
+func TestParseCounter(t *testing.T) {
+	stats := []byte("cluster.capsnap.upstream_rq_total: 9\n" + extProcStat + ": 1234\nhttp.mcp.ext_proc.streams_started_total: 5\n")
+	if n, err := parseCounter(stats, extProcStat); err != nil || n != 1234 {
+		t.Fatalf("got %d, %v", n, err)
+	}
+	if n, err := parseCounter([]byte(extProcStat+": 0\n"), extProcStat); err != nil || n != 0 {
+		t.Fatalf("a zero count: %d, %v", n, err)
+	}
+	for _, bad := range []string{"", "http.mcp.ext_proc.streams_failed: 3\n", extProcStat + ": many\n"} {
+		if n, err := parseCounter([]byte(bad), extProcStat); err == nil {
+			t.Errorf("%q read as %d", bad, n)
+		}
+	}
+}
+
 func TestEnvoyRelease(t *testing.T) {
 	line := "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/envoy/_bin/envoy  version: 9e5580933739775e8bce696a57a2e1bc99368f23/1.40.0/Clean/RELEASE/BoringSSL"
 	if got := envoyRelease(line); got != "Envoy 1.40.0" {

@@ -92,7 +92,7 @@ func (h *harness) delivery(ctx context.Context) error {
 		if m.capsnap, err = h.startCapsnap(ctx, spec); err != nil {
 			return err
 		}
-		if m.envoy, m.url, err = h.startEnvoy(ctx, envoyName, fixtureURL, []string{m.capsnap.grpcAddr}, edit); err != nil {
+		if m.envoy, m.url, _, err = h.startEnvoy(ctx, envoyName, fixtureURL, []string{m.capsnap.grpcAddr}, edit); err != nil {
 			return err
 		}
 		// What one listing delivers, through each; then a warm-up.

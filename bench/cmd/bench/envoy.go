@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,11 +34,15 @@ const (
 const headerPrincipal = "{source: header, insecure_header: true}"
 
 // throughEnvoy posts MCP tools/call refunds through the real Envoy to
-// billing, with no ext_authz, with ext_authz to the floor and with
-// ext_authz to capsnap, and on the shared store (issue 15) to capsnap on
-// Redis and to two replicas sharing that Redis under their own key
-// prefix: an Envoy per mode, identical but for the filter and its
-// cluster, each with its own warm sessions. refund, not lookup_order,
+// billing, with no ext_authz, with ext_authz to the floor, with ext_authz
+// and ext_proc to the floor and with both to capsnap, and on the shared
+// store (issue 15) to capsnap on Redis and to two replicas sharing that
+// Redis under their own key prefix: an Envoy per mode, identical but for
+// the filter and its cluster, each with its own warm sessions. The first
+// floor's allow leaves no decision in Envoy's metadata, so its Envoy
+// skips the ext_proc filter, as it does without ext_authz; the second's
+// (noop -decision) leaves one, as capsnap's does, so that every answer
+// crosses ext_proc as capsnap's do. refund, not lookup_order,
 // because it is the call the gRPC cases measure and capsnap's most
 // expensive allowed path (its schema, two CEL constraints and the
 // sequence rule).
@@ -54,12 +60,20 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	noop, noopAddr, _, err := h.startNoop("noop-envoy")
-	if err != nil {
-		return err
-	}
-	if _, err := h.dialCheck(ctx, noopAddr, checkRequest(refundBody, ""), noop); err != nil {
-		return err
+	// The floor, and the floor whose allow leaves a decision (-decision).
+	var floors []*capsnapServer
+	for _, f := range []struct {
+		name string
+		args []string
+	}{{"noop-envoy", nil}, {"noop-envoy-ext-proc", []string{"-decision"}}} {
+		noop, addr, _, err := h.startNoop(f.name, f.args...)
+		if err != nil {
+			return err
+		}
+		if _, err := h.dialCheck(ctx, addr, checkRequest(refundBody, ""), noop); err != nil {
+			return err
+		}
+		floors = append(floors, &capsnapServer{server: noop, grpcAddr: addr})
 	}
 	redis, redisAddr, err := h.startRedis(ctx, "redis-envoy")
 	if err != nil {
@@ -83,20 +97,23 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		}
 		capsnaps = append(capsnaps, c)
 	}
-	// Each mode's Envoy and the ext_authz servers it asks, round robin;
-	// and the processes that serve its calls, by which a call's CPU is
-	// split.
-	floor := &capsnapServer{server: noop, grpcAddr: noopAddr}
+	// Each mode's Envoy and the ext_authz servers it asks, round robin,
+	// which serve its ext_proc too, and whether that filter runs on its
+	// answers; and the processes that serve its calls, by which a call's
+	// CPU is split.
 	modes := []struct {
 		name, envoy string
 		authz       []*capsnapServer
+		extProc     bool
 	}{
-		{report.ModeNone, "envoy-none", nil}, {report.ModeFloor, "envoy-floor", []*capsnapServer{floor}},
-		{report.ModeCapsnap, "envoy-capsnap", capsnaps[:1]}, {report.ModeRedis, "envoy-redis", capsnaps[1:2]},
-		{report.ModeReplicas, "envoy-replicas", capsnaps[2:]},
+		{report.ModeNone, "envoy-none", nil, false}, {report.ModeFloor, "envoy-floor", floors[:1], false},
+		{report.ModeFloorExtProc, "envoy-floor-ext-proc", floors[1:], true},
+		{report.ModeCapsnap, "envoy-capsnap", capsnaps[:1], true}, {report.ModeRedis, "envoy-redis", capsnaps[1:2], true},
+		{report.ModeReplicas, "envoy-replicas", capsnaps[2:], true},
 	}
 	var names []string
 	envoys := make([]*server, len(modes))
+	admins := make([]string, len(modes))
 	runners := make([]*mcpload.Runner, len(modes))
 	tallies := make([]*cpuTally, len(modes))
 	for i, mode := range modes {
@@ -111,7 +128,7 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 			edit = func(cfg []byte) ([]byte, error) { return withoutFilter(cfg, extAuthzFilter) }
 		}
 		var url string
-		if envoys[i], url, err = h.startEnvoy(ctx, mode.envoy, billingURL, to, edit); err != nil {
+		if envoys[i], url, admins[i], err = h.startEnvoy(ctx, mode.envoy, billingURL, to, edit); err != nil {
 			return fmt.Errorf("%s: %w", mode.name, err)
 		}
 		load := mcpload.Load{
@@ -138,6 +155,20 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for i, mode := range modes {
+		// A mode whose answers skipped ext_proc, or one whose answers
+		// crossed it by mistake, is not what the report says it is.
+		n, err := extProcStreams(ctx, admins[i])
+		if err == nil && mode.extProc && n < results[i].Calls {
+			err = fmt.Errorf("Envoy started %d ext_proc streams for %d calls: some answers skipped ext_proc", n, results[i].Calls)
+		}
+		if err == nil && !mode.extProc && n != 0 {
+			err = fmt.Errorf("Envoy started %d ext_proc streams, where its filter should be skipped", n)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode.name, err)
+		}
+	}
 	for i, mode := range names {
 		res := results[i]
 		h.results.Envoy = append(h.results.Envoy, report.EnvoyRun{Mode: mode, Result: res, CPU: tallies[i].perCall()})
@@ -146,20 +177,55 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 	return nil
 }
 
+// extProcStat is the counter of the streams envoy/demo.yaml's ext_proc
+// filter opened, under its HTTP connection manager's stat_prefix: one
+// per answer it processed.
+const extProcStat = "http.mcp.ext_proc.streams_started"
+
+// extProcStreams is how many ext_proc streams the Envoy whose admin
+// interface is at adminURL has started.
+func extProcStreams(ctx context.Context, adminURL string) (int, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/stats?filter="+extProcStat, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("envoy stats: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.New(resp.Status)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("envoy stats: %w", err)
+	}
+	return parseCounter(b, extProcStat)
+}
+
+// parseCounter reads counter name from Envoy's /stats text ("name: 12"
+// a line).
+func parseCounter(stats []byte, name string) (int, error) {
+	for line := range strings.Lines(string(stats)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+": "); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("envoy stats: no %s in %q", name, stats)
+}
+
 // startEnvoy runs Envoy as name on envoy/demo.yaml in front of billing,
 // its ext_authz and ext_proc filters pointed at authz (round robin over
 // several; at a closed port if none), the configuration changed by edit
-// if it is not nil, and returns it with its route to billing.
-func (h *harness) startEnvoy(ctx context.Context, name, billingURL string, authz []string, edit func([]byte) ([]byte, error)) (*server, string, error) {
+// if it is not nil, and returns it with its route to billing and its
+// admin interface.
+func (h *harness) startEnvoy(ctx context.Context, name, billingURL string, authz []string, edit func([]byte) ([]byte, error)) (envoy *server, url, adminURL string, err error) {
 	var p testbed.Ports
 	for _, f := range []*int{&p.Envoy, &p.EnvoyAdmin, &p.Payments, &p.GRPC} {
 		n, err := testbed.FreePort()
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		*f = n
 	}
-	var err error
 	if p.Billing, err = port(strings.TrimPrefix(billingURL, "http://")); err == nil && len(authz) > 0 {
 		p.GRPC, err = port(authz[0])
 	}
@@ -175,15 +241,16 @@ func (h *harness) startEnvoy(ctx context.Context, name, billingURL string, authz
 		err = os.WriteFile(path, cfg, 0o600)
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	// Without hot restart there is no shared memory: several Envoys run
 	// side by side.
-	envoy, err := h.start(name, h.envoy, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
+	adminURL = fmt.Sprintf("http://127.0.0.1:%d", p.EnvoyAdmin)
+	envoy, err = h.start(name, h.envoy, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
 	if err == nil {
-		err = envoy.awaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", p.EnvoyAdmin))
+		err = envoy.awaitHTTP(ctx, adminURL+"/ready")
 	}
-	return envoy, fmt.Sprintf("http://127.0.0.1:%d/billing/mcp", p.Envoy), err
+	return envoy, fmt.Sprintf("http://127.0.0.1:%d/billing/mcp", p.Envoy), adminURL, err
 }
 
 func port(addr string) (int, error) {

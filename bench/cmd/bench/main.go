@@ -1,9 +1,10 @@
 // Command bench is make bench (issues 7 and 17): it measures capsnap against a
-// do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC, through
-// the real Envoy, at scale and on invalidation, judges the figures
-// against their targets, measures what the response path delivers
-// and adds to a tools/list (issue 17), and writes BENCHMARKS.md and
-// bench/out/results.json.
+// do-nothing ext_authz server (the floor) and OPA-Envoy over gRPC; through
+// the real Envoy against the floor, and against the floor behind both
+// ext_authz and ext_proc, as capsnap runs; at scale and on invalidation.
+// It judges the figures against their targets, measures what the response
+// path delivers and adds to a tools/list (issue 17), and writes
+// BENCHMARKS.md and bench/out/results.json.
 //
 // It runs from the repository root, on binaries the Makefile built, and
 // fails with a clear message whenever a step cannot run: a missing peer,

@@ -75,9 +75,10 @@ func (h *harness) judge(ctx context.Context) error {
 		switch spec, ok := benchProfiles[t.ID]; {
 		case t.ID == report.TargetCPUFloor: // judged alone
 			t.Profile = live(concurrencies[0])
-		case slices.Contains([]string{report.TargetThroughput, report.TargetP99, report.TargetCPU, report.TargetEnvoy}, t.ID):
+		case slices.Contains([]string{report.TargetThroughput, report.TargetP99, report.TargetCPU, report.TargetEnvoy, report.TargetEnvoyExtProc}, t.ID):
 			// Through Envoy, capsnap's part is the Check the live profile
-			// shows, under the gRPC load rather than Envoy.
+			// shows, under the gRPC load rather than Envoy (its ext_proc
+			// part, screening each answer, is not in it).
 			t.Profile = live(concurrencies[len(concurrencies)-1])
 		case t.ID == report.TargetDelivery:
 			t.Profile = h.results.Delivery.Profile

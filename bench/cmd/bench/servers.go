@@ -168,11 +168,11 @@ func decided(ctx context.Context, capsnaps []*capsnapServer, f func() error) ([]
 	return allowed, nil
 }
 
-// startNoop starts the floor, serving its profiles at pprofURL.
-func (h *harness) startNoop(name string) (s *server, addr, pprofURL string, err error) {
+// startNoop starts the floor with args, serving its profiles at pprofURL.
+func (h *harness) startNoop(name string, args ...string) (s *server, addr, pprofURL string, err error) {
 	addrs, err := freeAddrs(2)
 	if err == nil {
-		s, err = h.start(name, h.noop, "-addr", addrs[0], "-pprof", addrs[1])
+		s, err = h.start(name, h.noop, append([]string{"-addr", addrs[0], "-pprof", addrs[1]}, args...)...)
 	}
 	return s, addrs[0], "http://" + addrs[1], err
 }
