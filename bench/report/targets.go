@@ -267,7 +267,7 @@ func throughEnvoy(r *Results) Target {
 // filters: each answer crosses ext_proc in both, so the gap is capsnap's
 // work and none of the transport.
 func throughEnvoyExtProc(r *Results) Target {
-	t := Target{ID: TargetEnvoyExtProc, Issue: 17, Name: "MCP calls through the real Envoy: capsnap against the floor behind ext_authz and ext_proc both",
+	t := Target{ID: TargetEnvoyExtProc, Issue: 35, Name: "MCP calls through the real Envoy: capsnap against the floor behind ext_authz and ext_proc both",
 		Threshold: fmt.Sprintf("≥ %.2f× the ext_authz + ext_proc floor's calls/s", MinEnvoyExtProcRatio), Status: Met}
 	c, ok1 := r.Mode(ModeCapsnap)
 	f, ok2 := r.Mode(ModeFloorExtProc)
