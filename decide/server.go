@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -137,6 +138,10 @@ type Server struct {
 	// unbound watches that the listings allowed come back through the
 	// response path (unbound.go).
 	unbound *unbound
+	// passed are capsnap_deliveries_total{result="screened"} by server
+	// label, resolved once: every answer to a decided request counts
+	// there (Passed).
+	passed map[string]prometheus.Counter
 }
 
 // New returns a Server. Rules, Catalog and Snapshots are required: capsnap
@@ -211,6 +216,12 @@ func New(o Options) (*Server, error) {
 	}
 	shared, _ := o.Snapshots.(cache.Redemptions)
 	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
+	if s.metrics != nil {
+		s.passed = map[string]prometheus.Counter{"unknown": s.metrics.deliveries.WithLabelValues("unknown", ResultScreened)}
+		for id := range s.servers {
+			s.passed[id] = s.metrics.deliveries.WithLabelValues(id, ResultScreened)
+		}
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -77,6 +77,13 @@ func (s *Server) screen(serverID string, head ResponseHead, content []byte) Scre
 	return Screened{Content: out, Withheld: 1}
 }
 
+// The results of capsnap_deliveries_total that are not audited: an answer
+// that is not a tools/list's own, passed whole or cut off while held.
+const (
+	ResultScreened   = "screened"
+	ResultUnfinished = "unfinished"
+)
+
 // Oversized withholds whole the event (or the body) of an answer that is
 // not a tools/list's own which outgrew discovery.max_response_bytes before
 // it ended: capsnap cannot screen what it cannot hold, and passes none of
@@ -106,20 +113,21 @@ func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 }
 
 // Passed counts an answer that is not a tools/list's own with nothing in
-// it withheld: whole, it passed as the server sent it; not whole, it was
-// cut off (by the client or the server) while capsnap held it back to
-// screen it whole, and none of it passed. With Screen's and Oversized's
-// withholdings, every answer to a request capsnap decided is counted
-// (capsnap_deliveries_total).
+// it withheld: whole, it passed as the server sent it (result
+// "screened"); not whole, it was cut off (by the client or the server)
+// while capsnap held it back to screen it whole, and none of it passed
+// ("unfinished"). With Screen's and Oversized's withholdings, every
+// answer to a request capsnap decided is counted
+// (capsnap_deliveries_total). Neither is audited: that would be a line
+// for every call's answer, and nothing in it was decided.
 func (s *Server) Passed(serverID string, whole bool) {
-	if s.metrics == nil {
-		return
+	switch {
+	case s.metrics == nil:
+	case whole:
+		s.passed[s.serverLabel(serverID)].Inc()
+	default:
+		s.metrics.deliveries.WithLabelValues(s.serverLabel(serverID), ResultUnfinished).Inc()
 	}
-	result := "passed"
-	if !whole {
-		result = "unfinished"
-	}
-	s.metrics.deliveries.WithLabelValues(s.serverLabel(serverID), result).Inc()
 }
 
 func (s *Server) withheldWhole(serverID string, why *deny.Error) Screened {

@@ -129,3 +129,49 @@ func utf16LE(s string) string {
 	}
 	return string(b)
 }
+
+// Every answer that passes is counted once as screened, by its server (an
+// unknown one under "unknown"), and one cut off while held back whole as
+// unfinished; neither is the passed of a listing's own answer.
+func TestPassedIsCounted(t *testing.T) {
+	f := newFixture(t)
+	f.Passed("billing", true)
+	f.Passed("billing", true)
+	f.Passed("elsewhere", true)
+	f.Passed("billing", false)
+	for _, c := range []struct {
+		server, result string
+		want           float64
+	}{{"billing", "screened", 2}, {"unknown", "screened", 1}, {"billing", "unfinished", 1}, {"payments", "screened", 0}, {"billing", "passed", 0}} {
+		if got := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues(c.server, c.result)); got != c.want {
+			t.Errorf("deliveries_total{%s,%s} = %v, want %v", c.server, c.result, got, c.want)
+		}
+	}
+}
+
+// An event over the bound is withheld whole, as one error event of the
+// stream; a JSON body by the error in its place; any other framing whole.
+// Each is counted and audited malformed_response.
+func TestOversized(t *testing.T) {
+	for _, c := range []struct {
+		ct, prefix string
+		whole      bool
+	}{
+		{"text/event-stream", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", false},
+		{"application/json", "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", false},
+		{"text/plain", "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", true},
+	} {
+		f := newFixture(t)
+		r := f.Oversized("billing", ResponseHead{Status: 200, ContentType: c.ct})
+		if !strings.HasPrefix(string(r.Content), c.prefix) || r.Whole != c.whole || r.Withheld != 1 || !strings.Contains(string(r.Content), "max_response_bytes") {
+			t.Errorf("%s: %+v", c.ct, r)
+		}
+		if got := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues("billing", string(deny.MalformedResponse))); got != 1 {
+			t.Errorf("%s: malformed_response counted %v", c.ct, got)
+		}
+	}
+	f := newFixture(t, observeBilling)
+	if r := f.Oversized("billing", ResponseHead{Status: 200, ContentType: "text/event-stream"}); r.Withheld != 0 || r.Content != nil {
+		t.Errorf("observed: %+v, want nothing withheld", r)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/deny"
 )
 
 // unboundCount is capsnap_delivery_unbound_total for server.
@@ -313,5 +314,32 @@ func TestWatchResponsePathStops(t *testing.T) {
 	cancel()
 	if !returned(done) {
 		t.Fatal("WatchResponsePath did not return when its context ended")
+	}
+}
+
+// A listing whose upstream aborted it mid-body came back through the
+// response path: it is counted and audited upstream_aborted, never as
+// unbound; a forged ticket is unknown_listing.
+func TestAbortedListingIsNotUnbound(t *testing.T) {
+	f := deliveryFixture(t, "")
+	var log bytes.Buffer
+	f.Aborted(f.ticket(t, support, listRequest(`"l0"`, "")), okJSON)
+	f.Aborted("forged.ticket", okJSON)
+	f.clock.advance(unboundAfter)
+	f.unbound.sweep(f.clock.now(), zerolog.New(&log))
+	if got := f.unboundCount(t, "billing"); got != 0 || log.Len() != 0 {
+		t.Fatalf("%v unbound, logged %q; want none", got, &log)
+	}
+	for reason, want := range map[deny.Reason]float64{deny.UpstreamAborted: 1, deny.UnknownListing: 1} {
+		server := "billing"
+		if reason == deny.UnknownListing {
+			server = "unknown"
+		}
+		if got := testutil.ToFloat64(f.metrics.deliveries.WithLabelValues(server, string(reason))); got != want {
+			t.Errorf("deliveries_total{%s,%s} = %v, want %v", server, reason, got, want)
+		}
+	}
+	if !strings.Contains(f.audit.String(), `"reason":"upstream_aborted"`) {
+		t.Errorf("no upstream_aborted audit line:\n%s", f.audit.String())
 	}
 }
