@@ -186,8 +186,9 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 
 // Aborted records a tools/list's own answer that came back through the
 // response path with ticket and ended before its body did: the server
-// reset it mid-listing, and Envoy ended the exchange with no body for
-// Deliver. Nothing was delivered, so nothing is pinned; the ticket is
+// reset it mid-listing (head is its headers, or zero when Envoy ended the
+// exchange before it sent them), and Envoy ended the exchange with no
+// body for Deliver. Nothing was delivered, so nothing is pinned; the ticket is
 // redeemed, so the listing is not taken for one whose response path is
 // missing (capsnap_delivery_unbound_total); and it is audited and counted
 // as what it is, upstream_aborted.
@@ -200,7 +201,11 @@ func (s *Server) Aborted(ticket string, head ResponseHead) {
 	} else {
 		d.Principal, d.ServerID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
 		s.unbound.redeemed(l.ServerID, ticket, start)
-		d.Denial = deny.Errorf(deny.UpstreamAborted, "the server's tools/list answer (HTTP %d) ended before its body did: nothing was delivered, and nothing pinned", head.Status)
+		what := fmt.Sprintf("the server's tools/list answer (HTTP %d) ended before its body did", head.Status)
+		if head.Status == 0 {
+			what = "the server's tools/list answer ended as soon as its headers reached Envoy's ext_proc filter"
+		}
+		d.Denial = deny.Errorf(deny.UpstreamAborted, "%s: nothing was delivered, and nothing pinned", what)
 	}
 	d.observed = s.observe[d.ServerID]
 	s.recordDelivery(d, &Delivery{}, s.now().Sub(start))

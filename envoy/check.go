@@ -115,6 +115,10 @@ func checkHTTPManager(hcm any) (warn []string, ok bool) {
 	if !slices.Contains(ns, extAuthzName) {
 		warn = append(warn, where+" does not forward the listing ticket: set metadata_options.forwarding_namespaces.untyped to ["+extAuthzName+"]")
 	}
+	if !opensWithTicket(field(procCfg, "grpc_service", "initial_metadata")) {
+		warn = append(warn, where+" does not open its streams with the listing ticket: add to its grpc_service initial_metadata "+
+			`{key: x-capsnap-listing, value: "%DYNAMIC_METADATA(`+extAuthzName+`:listing)%"}, or a listing the server resets at once is counted as one whose response path is missing`)
+	}
 	mode := field(procCfg, "processing_mode")
 	if h, _ := field(mode, "response_header_mode").(string); h == "SKIP" {
 		warn = append(warn, where+": processing_mode.response_header_mode SKIP sends capsnap no response: want SEND")
@@ -307,4 +311,18 @@ func stringsOf(v any) []string {
 		}
 	}
 	return out
+}
+
+// opensWithTicket reports whether an ext_proc filter's grpc_service
+// initial_metadata carries the listing ticket (extproc.ListingMetadata).
+func opensWithTicket(md any) bool {
+	list, _ := md.([]any)
+	for _, kv := range list {
+		k, _ := field(kv, "key").(string)
+		v, _ := field(kv, "value").(string)
+		if strings.EqualFold(k, "x-capsnap-listing") && v == "%DYNAMIC_METADATA("+extAuthzName+":listing)%" {
+			return true
+		}
+	}
+	return false
 }

@@ -70,6 +70,9 @@ func TestCheckResponsePath(t *testing.T) {
 		{"ticket not forwarded", func(t *testing.T) []byte {
 			return edit(t, "forwarding_namespaces: {untyped: [envoy.filters.http.ext_authz]}", "forwarding_namespaces: {untyped: [other]}")
 		}, []string{`ext_proc filter "capsnap.ext_proc"`, "does not forward the listing ticket"}},
+		{"ticket not on the stream", func(t *testing.T) []byte {
+			return edit(t, "- {key: x-capsnap-listing,", "- {key: x-other,")
+		}, []string{`ext_proc filter "capsnap.ext_proc"`, "does not open its streams with the listing ticket"}},
 		{"no body", func(t *testing.T) []byte {
 			return edit(t, "response_body_mode: FULL_DUPLEX_STREAMED", "response_body_mode: NONE")
 		}, []string{"response_body_mode NONE"}},

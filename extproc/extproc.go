@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/capsnap/capsnap/decide"
@@ -43,6 +44,16 @@ import (
 // tools/list; the ext_proc filter must forward it
 // (metadata_options.forwarding_namespaces.untyped).
 const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// ListingMetadata is the gRPC metadata key under which Envoy opens an
+// ext_proc stream with the listing ticket of the Check that allowed a
+// tools/list (grpc_service.initial_metadata, from the ext_authz filter's
+// dynamic metadata; envoy/demo.yaml). Envoy opens the stream when the
+// response's headers reach the filter, and may end it before it sends a
+// message, when the server resets the answer at once: the ticket is then
+// known only from here, and the listing is reported as aborted, not as a
+// missing response path.
+const ListingMetadata = "x-capsnap-listing"
 
 // Decider decides a response: the decision core's response half,
 // decide.Server.Deliver for a tools/list's own answer and Screen for
@@ -97,6 +108,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// response path, and delivered that its body reached Deliver.
 		answered, delivered bool
 	)
+	// The ticket Envoy opened the stream with, if any: "-" is what its
+	// formatter makes of a listing ticket the Check did not leave.
+	var opened string
+	if md, ok := grpcmd.FromIncomingContext(stream.Context()); ok {
+		if v := md.Get(ListingMetadata); len(v) == 1 && v[0] != "-" {
+			opened = v[0]
+		}
+	}
 	defer func() {
 		// However the stream ends: an answer cut off (a GET stream the
 		// client left) is counted too, and a listing whose upstream
@@ -104,8 +123,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if sc != nil {
 			sc.count()
 		}
-		if ticket != "" && answered && !delivered {
+		switch {
+		case delivered:
+		case ticket != "" && answered:
 			s.decider.Aborted(ticket, head)
+		case ticket == "" && opened != "":
+			// Ended before Envoy sent a message.
+			s.decider.Aborted(opened, head)
 		}
 	}()
 	for {

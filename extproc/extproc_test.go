@@ -3,13 +3,17 @@ package extproc
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/capsnap/capsnap/decide"
@@ -40,7 +44,10 @@ type recorder struct {
 	// oversized and passed count Oversized's and Passed's calls, and
 	// aborted are the tickets Aborted was told of.
 	oversized, passed, unfinished int
-	aborted                       []string
+	// mu guards aborted, which the server's goroutine appends to once
+	// the stream has ended.
+	mu      sync.Mutex
+	aborted []string
 }
 
 func (r *recorder) Elicits(session string) { r.elicits = append(r.elicits, session) }
@@ -89,6 +96,8 @@ func (r *recorder) Passed(server string, whole bool) {
 }
 
 func (r *recorder) Aborted(ticket string, head decide.ResponseHead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.aborted = append(r.aborted, ticket)
 }
 
@@ -108,14 +117,26 @@ func (r *recorder) MaxResponseBytes() int {
 // stream opens one ext_proc stream to a Server over d, through gRPC.
 func stream(t *testing.T, d Decider) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
+	s, _ := streamWith(t, d, "")
+	return s
+}
+
+// streamWith opens one ext_proc stream as Envoy opens it with a listing
+// ticket in its gRPC metadata (ListingMetadata), if ticket is set; cancel
+// ends it as Envoy does.
+func streamWith(t *testing.T, d Decider, ticket string) (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+	t.Helper()
 	conn := testbed.InMemoryGRPC(t, func(gs *grpc.Server) { extprocv3.RegisterExternalProcessorServer(gs, New(d, nil)) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	if ticket != "" {
+		ctx = grpcmd.AppendToOutgoingContext(ctx, ListingMetadata, ticket)
+	}
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, cancel
 }
 
 func metadata(ticket string) *corev3.Metadata {
@@ -478,5 +499,56 @@ func TestBufferedProtocolConfig(t *testing.T) {
 	}
 	if got := roundTrip(t, s, responseBody("old", true)).GetResponseBody().GetResponse().GetBodyMutation().GetBody(); string(got) != "new" {
 		t.Fatalf("body %q", got)
+	}
+}
+
+// A tools/list's own answer that ends before its body reached Deliver is
+// reported to Aborted, under the ticket of its headers' metadata or, when
+// Envoy ended the stream before it sent anything, the ticket it opened
+// the stream with; a delivered one, or a stream opened with no ticket
+// ("-", Envoy's formatter's word for none), is not.
+func TestAborted(t *testing.T) {
+	for _, tt := range []struct {
+		name, opened string
+		send         []*extprocv3.ProcessingRequest
+		want         []string
+	}{
+		{name: "no message", opened: "ticket-0", want: []string{"ticket-0"}},
+		{name: "headers and part of the body", opened: "ticket-0", send: []*extprocv3.ProcessingRequest{
+			duplexHeaders(":status", "200", "content-type", "application/json"),
+			responseBody(`{"jsonrpc":`, false),
+		}, want: []string{"ticket-1"}},
+		{name: "headers, no ticket opened", send: []*extprocv3.ProcessingRequest{
+			duplexHeaders(":status", "200", "content-type", "application/json"),
+		}, want: []string{"ticket-1"}},
+		{name: "none opened", opened: "-"},
+		{name: "not a listing's", send: []*extprocv3.ProcessingRequest{screenedHeaders(true, false, ":status", "200", "content-type", "application/json")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recorder{answer: &decide.Delivery{}}
+			s, cancel := streamWith(t, rec, tt.opened)
+			sendAll(t, s, tt.send...)
+			if err := s.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = s.Recv()
+			cancel()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				rec.mu.Lock()
+				got := slices.Clone(rec.aborted)
+				rec.mu.Unlock()
+				if slices.Equal(got, tt.want) || time.Now().After(deadline) {
+					if !slices.Equal(got, tt.want) {
+						t.Fatalf("aborted %q, want %q", got, tt.want)
+					}
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if rec.calls != 0 {
+				t.Fatalf("%d deliveries", rec.calls)
+			}
+		})
 	}
 }

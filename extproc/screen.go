@@ -195,7 +195,13 @@ func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
 		}
 		return nil, nil
 	}
-	sc.held = append(sc.held, chunk...)
+	if len(sc.held) == 0 && end && len(chunk) <= sc.d.MaxResponseBytes() {
+		// The whole body in one chunk, as most answers come: screened
+		// where it lies.
+		sc.held = chunk
+	} else {
+		sc.held = append(sc.held, chunk...)
+	}
 	if len(sc.held) > sc.d.MaxResponseBytes() {
 		r := sc.d.Oversized(sc.server, sc.head)
 		if r.Withheld == 0 {

@@ -30,7 +30,8 @@ const FramingHeader = "x-fixture-framing"
 
 // AbortHeader, on a POST of tools/list, makes the fixture abort its
 // answer mid-body, as a server that crashes mid-listing does: the status
-// and half of the SDK's JSON answer go out, then the connection is reset.
+// and half of the SDK's JSON answer go out, then the connection is reset,
+// at once or, with the value "stall", a moment later.
 const AbortHeader = "x-fixture-abort"
 
 // abortAfter is how long an aborted answer stalls mid-body before the
@@ -137,8 +138,11 @@ func framingGate(next http.Handler) http.Handler {
 			w.Write(answer[:len(answer)/2])
 			http.NewResponseController(w).Flush()
 			// As a server that dies while it writes a long list: the
-			// proxy has the status and part of the body by then.
-			time.Sleep(abortAfter)
+			// proxy has the status and part of the body by then. Without
+			// the stall, the reset races them through the proxy.
+			if r.Header.Get(AbortHeader) == "stall" {
+				time.Sleep(abortAfter)
+			}
 			// net/http resets the connection, sending no more.
 			panic(http.ErrAbortHandler)
 		}
