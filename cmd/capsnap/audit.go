@@ -66,32 +66,32 @@ var errNotVerified = errors.New("audit verify: NOT VERIFIED")
 
 // auditVerify checks an audit trail: its chain, every checkpoint's
 // signature against the JWKS, and that it ends with the shutdown
-// checkpoint. Exit 0: verified; 1: not (the first problem is printed);
-// 2: usage, or a file that cannot be read.
+// checkpoint. Exit 0: verified; 1: not (the first problem is printed), or
+// a file that cannot be read, as for every command; 2: usage.
 func auditVerify(jwksFile string, live bool, files []string, stdout io.Writer) error {
 	if jwksFile == "" || len(files) == 0 {
 		return usageError{"audit verify: --jwks FILE and at least one audit FILE (oldest first) are required"}
 	}
 	data, err := os.ReadFile(jwksFile)
 	if err != nil {
-		return usageError{fmt.Sprintf("audit verify: %v", err)}
+		return fmt.Errorf("audit verify: %w", err)
 	}
 	o := audit.VerifyOptions{Live: live}
 	if err := json.Unmarshal(data, &o.Keys); err != nil || len(o.Keys.Keys) == 0 {
-		return usageError{fmt.Sprintf("audit verify: %s is not a JWKS with a key (%v)", jwksFile, err)}
+		return fmt.Errorf("audit verify: %s is not a JWKS with a key (%v)", jwksFile, err)
 	}
 	var inputs []audit.Input
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
-			return usageError{fmt.Sprintf("audit verify: %v", err)}
+			return fmt.Errorf("audit verify: %w", err)
 		}
 		defer f.Close()
 		inputs = append(inputs, audit.Input{Name: name, R: f})
 	}
 	rep, err := audit.Verify(o, inputs...)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	if rep.Problem != nil {
 		fmt.Fprintln(stdout, rep.Problem)
@@ -132,7 +132,7 @@ func auditQuery(q audit.Query, since, until string, files []string, stdin io.Rea
 		n, err := audit.Select(r, stdout, q)
 		matched += n
 		if err != nil {
-			return usageError{fmt.Sprintf("audit query: %s: %v", name, err)}
+			return fmt.Errorf("audit query: %s: %w", name, err)
 		}
 		return nil
 	}
@@ -144,7 +144,7 @@ func auditQuery(q audit.Query, since, until string, files []string, stdin io.Rea
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
-			return usageError{fmt.Sprintf("audit query: %v", err)}
+			return fmt.Errorf("audit query: %w", err)
 		}
 		err = read(name, f)
 		f.Close()

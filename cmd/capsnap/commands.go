@@ -26,9 +26,9 @@ Exit codes:
   1  a negative answer, or a failure: check found the configuration invalid,
      policy explain denied the call, audit verify did not verify the trail,
      lock --check found the lockfile out of date, or a command could not do
-     its work (a file that does not load, a server that does not answer)
-  2  usage: an unknown command or flag, a missing or extra argument (and for
-     audit verify, an input it cannot read)`
+     its work (a file that cannot be read or does not load, whichever
+     command names it; a server that does not answer)
+  2  usage: an unknown command or flag, a missing or extra argument`
 
 // newRootCmd is the capsnap command with every subcommand, writing to
 // stdout and stderr. ran is set once a command has passed cobra's checks

@@ -140,14 +140,34 @@ func TestCommands(t *testing.T) {
 		{"audit query, until before the trail", []string{"audit", "query", "--until", "2026-03-01T12:00:00Z", auditData + "trail.jsonl"}, exitFailure, "^$", "no line matched"},
 		{"audit query bad since", []string{"audit", "query", "--since", "yesterday", auditData + "trail.jsonl"}, exitUsage, "", `--since: "yesterday" is neither`},
 		{"audit query bad decision", []string{"audit", "query", "--decision", "maybe", auditData + "trail.jsonl"}, exitUsage, "", `--decision "maybe" is not allow or deny`},
-		{"audit query missing file", []string{"audit", "query", auditData + "nope.jsonl"}, exitUsage, "", "no such file"},
-		{"audit query not a trail", []string{"audit", "query", "testdata/seed-policy.yaml"}, exitUsage, "", "line 1"},
+		{"audit query missing file", []string{"audit", "query", auditData + "nope.jsonl"}, exitFailure, "", "no such file"},
+		{"audit query not a trail", []string{"audit", "query", "testdata/seed-policy.yaml"}, exitFailure, "", "line 1"},
 		{"audit without subcommand", []string{"audit"}, exitUsage, "", "query or verify is required"},
 		{"audit unknown subcommand", []string{"audit", "prune"}, exitUsage, "", `unknown subcommand "prune"`},
 		{"audit verify without jwks", []string{"audit", "verify", auditData + "trail.jsonl"}, exitUsage, "", "--jwks FILE and at least one audit FILE"},
 		{"audit verify without file", verifyArgs(), exitUsage, "", "--jwks FILE and at least one audit FILE"},
-		{"audit verify missing file", verifyArgs(auditData + "nope.jsonl"), exitUsage, "", "no such file"},
-		{"audit verify jwks not a JWKS", []string{"audit", "verify", "--jwks", auditData + "trail.jsonl", auditData + "trail.jsonl"}, exitUsage, "", "is not a JWKS"},
+		{"audit verify missing file", verifyArgs(auditData + "nope.jsonl"), exitFailure, "", "no such file"},
+		{"audit verify jwks not a JWKS", []string{"audit", "verify", "--jwks", auditData + "trail.jsonl", auditData + "trail.jsonl"}, exitFailure, "", "is not a JWKS"},
+	}
+	// A file a command cannot read is a failure of the run, the same
+	// exit from every command that names one, and the error names it.
+	const nope = "testdata/nope"
+	for _, args := range [][]string{
+		{"serve", "--config", nope},
+		{"check", "--config", nope},
+		{"check", "--config", "testdata/ok.yaml", "--envoy", nope},
+		{"digest", nope},
+		{"lock", "--config", nope},
+		{"policy", "lint", nope},
+		{"policy", "explain", "--policy", nope, "--principal", "p", "--server", "s", "--tool", "t"},
+		{"policy", "reload", "--config", nope},
+		{"keys", "jwks", "--config", nope},
+		{"audit", "verify", "--jwks", nope, auditData + "trail.jsonl"},
+		{"audit", "verify", "--jwks", auditData + "jwks.json", nope},
+		{"audit", "query", nope},
+		{"approvals", "list", "--url", "http://127.0.0.1:1", "--token-file", nope},
+	} {
+		tests = append(tests, commandTest{"unreadable: " + strings.Join(args, " "), args, exitFailure, "", "open " + nope})
 	}
 	// --help, -h and help on every command and subcommand: its usage and
 	// its examples, on stdout.
