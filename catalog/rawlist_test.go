@@ -121,12 +121,14 @@ func TestMCPSourceDeclaresCapabilities(t *testing.T) {
 			_, changes, _ := watch(t, src)
 			nextChange(t, changes)
 			caps := <-declared
+			//lint:ignore SA1019 the deprecated capabilities are what is declared
 			if got := caps.Sampling != nil; got != tt.sampling {
 				t.Errorf("sampling declared %v, want %v", got, tt.sampling)
 			}
 			if got := caps.Elicitation != nil && caps.Elicitation.URL != nil && caps.Elicitation.Form != nil; got != tt.elicitURL {
 				t.Errorf("elicitation (form and url) declared %v, want %v: %+v", got, tt.elicitURL, caps.Elicitation)
 			}
+			//lint:ignore SA1019 the deprecated capabilities are what is declared
 			if got := caps.RootsV2 != nil; got != tt.roots {
 				t.Errorf("roots declared %v, want %v", got, tt.roots)
 			}

@@ -63,9 +63,6 @@ func scan(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*mes
 }
 
 func scanField(fd protoreflect.FieldDescriptor, seen map[protoreflect.FullName]*message) *field {
-	if fd.IsWeak() {
-		panic(fmt.Sprintf("checkcodec: %s is a weak field", fd.FullName()))
-	}
 	f := &field{kind: fd.Kind(), utf8: enforceUTF8(fd)}
 	switch {
 	case fd.IsList() && fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind:

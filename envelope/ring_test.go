@@ -215,7 +215,7 @@ func signedBy(t *testing.T, k *Keys) map[string]string {
 	}
 	out := map[string]string{"KeyID": k.KeyID()}
 	for what, token := range map[string]string{"envelope": envelope, "grant": grant.Token, "checkpoint": checkpoint} {
-		jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
+		jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestRotationConcurrently(t *testing.T) {
 					errs <- err
 					return
 				}
-				jws, _ := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
+				jws, _ := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
 				if kid := jws.Signatures[0].Header.KeyID; !strings.Contains(string(k.JWKS()), `"`+kid+`"`) {
 					errs <- fmt.Errorf("signed by %s, which is not published", kid)
 					return

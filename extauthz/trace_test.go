@@ -46,7 +46,7 @@ func TestDecisionSpan(t *testing.T) {
 			}
 			attrs := map[string]string{}
 			for _, a := range got.Attributes() {
-				attrs[string(a.Key)] = a.Value.Emit()
+				attrs[string(a.Key)] = a.Value.String()
 			}
 			for k, v := range tt.want {
 				if attrs[k] != v {

@@ -1764,7 +1764,7 @@ func alertTemplate(text string) error {
 	stub := func(v any) string { return fmt.Sprint(v) }
 	tmpl, err := template.New("").Option("missingkey=zero").Funcs(template.FuncMap{
 		"humanize": stub, "humanize1024": stub, "humanizeDuration": stub,
-		"humanizePercentage": stub, "humanizeTimestamp": stub, "title": strings.Title, "toUpper": strings.ToUpper,
+		"humanizePercentage": stub, "humanizeTimestamp": stub, "title": stub, "toUpper": strings.ToUpper,
 	}).Parse("{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$value := .Value}}" + text)
 	if err != nil {
 		return err

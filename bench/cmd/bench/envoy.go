@@ -160,10 +160,10 @@ func (h *harness) throughEnvoy(ctx context.Context) error {
 		// crossed it by mistake, is not what the report says it is.
 		n, err := extProcStreams(ctx, admins[i])
 		if err == nil && mode.extProc && n < results[i].Calls {
-			err = fmt.Errorf("Envoy started %d ext_proc streams for %d calls: some answers skipped ext_proc", n, results[i].Calls)
+			err = fmt.Errorf("ext_proc: Envoy started %d streams for %d calls: some answers skipped ext_proc", n, results[i].Calls)
 		}
 		if err == nil && !mode.extProc && n != 0 {
-			err = fmt.Errorf("Envoy started %d ext_proc streams, where its filter should be skipped", n)
+			err = fmt.Errorf("ext_proc: Envoy started %d streams, where its filter should be skipped", n)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode.name, err)
