@@ -169,12 +169,12 @@ type CallLog interface {
 	Follows(s *Snapshot, tool string, after []string, record bool) (bool, error)
 }
 
-// Redemptions is what a Store that several replicas share keeps besides
-// snapshots: which tools/list listing tickets came back through the
-// response path on any of them. Envoy may send a listing's Check to one
-// replica and its response to another; the replica that issued the ticket
-// asks here before it concludes that the response never came back
-// (decide/unbound.go). A store of one replica need not implement it.
+// Redemptions is what a store keeps besides snapshots: which tools/list
+// listing tickets came back through the response path on any replica
+// that shares it. Envoy may send a listing's Check to one replica and its
+// response to another; the replica that issued the ticket asks here
+// before it concludes that the response never came back
+// (decide/unbound.go).
 type Redemptions interface {
 	// Redeem records each ticket (a short id the caller derives from it)
 	// as redeemed, for keep.
@@ -184,13 +184,25 @@ type Redemptions interface {
 	Redeemed(tickets []string) ([]bool, error)
 }
 
+// Backend is the one store port: everything capsnap keeps across
+// requests, which a backend implements whole (Memory for one replica,
+// cache/redis for replicas that share it): snapshots and invalidations
+// (Store), the calls allowed under each snapshot (CallLog), the budgets'
+// and rate limits' counters (policy.Counters) and the listing tickets
+// that came back (Redemptions). A backend that lacks a part does not
+// compile where it is opened, rather than deny every budgeted call at
+// run time; cache/storetest and cache/countertest are its contract.
+type Backend interface {
+	Store
+	CallLog
+	policy.Counters
+	Redemptions
+}
+
 // ErrUnavailable is wrapped by a store that cannot answer now.
 var ErrUnavailable = errors.New("snapshot store unavailable")
 
-var (
-	_ Store   = (*Memory)(nil)
-	_ CallLog = (*Memory)(nil)
-)
+var _ Backend = (*Memory)(nil)
 
 // Memory is the in-process Store of a single replica, and its
 // policy.Counters.
@@ -211,6 +223,7 @@ type Memory struct {
 	changed map[string]map[string]uint64
 
 	counters counters
+	redeemed redemptions
 }
 
 // MemoryOptions bound a Memory store.

@@ -13,8 +13,6 @@ import (
 // The Memory store's counters of the policy's budgets and rate limits
 // (policy.Counters), counted as policy.Counters says: in slots, by start.
 
-var _ policy.Counters = (*Memory)(nil)
-
 // counters are every counter a Memory store holds. A counter is dropped
 // once its last slot stops counting, never before: one dropped early
 // would give its principal the window again. So they are in a map, not in

@@ -236,7 +236,7 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 }
 
 // refusingStore is a snapshot store that is full: it admits nothing.
-type refusingStore struct{ cache.Store }
+type refusingStore struct{ cache.Backend }
 
 func (refusingStore) Put(*cache.Snapshot) error { return errors.New("store full") }
 

@@ -46,7 +46,7 @@ type Options struct {
 	// config.StatusOK and config.CallFormError.
 	Denials config.Denials
 	// Snapshots stores the snapshots minted at tools/list.
-	Snapshots cache.Store
+	Snapshots cache.Backend
 	// SnapshotTTL is how long a minted snapshot is valid.
 	SnapshotTTL time.Duration
 	// Bind is config.BindDelivered (a snapshot is minted from the
@@ -110,7 +110,7 @@ type Server struct {
 	rules          atomic.Pointer[Rules]
 	denials        config.Denials
 	schemas        schemas
-	snapshots      cache.Store
+	snapshots      cache.Backend
 	// counters hold the budgets and rate limits: the snapshot store's.
 	counters policy.Counters
 	// approvals are the approvals people gave (approvals.go), nil without
@@ -210,12 +210,11 @@ func New(o Options) (*Server, error) {
 	}
 	// The store that keeps snapshots keeps the budgets and rate limits
 	// too: in this process, or shared by every replica.
-	s.counters, _ = o.Snapshots.(policy.Counters)
+	s.counters = o.Snapshots
 	if o.Approvals != nil {
 		s.approvals = approvals{o.Approvals}
 	}
-	shared, _ := o.Snapshots.(cache.Redemptions)
-	s.unbound = newUnbound(o.Servers, shared, s.metrics, s.delivered)
+	s.unbound = newUnbound(o.Servers, o.Snapshots, s.metrics, s.delivered)
 	if s.metrics != nil {
 		s.passed = map[string]prometheus.Counter{"unknown": s.metrics.deliveries.WithLabelValues("unknown", ResultScreened)}
 		for id := range s.servers {

@@ -175,11 +175,18 @@ func (r *sharedRedemptions) Redeemed(tickets []string) ([]bool, error) {
 	return out, nil
 }
 
-// sharedStore is a snapshot store that records redemptions too.
+// sharedStore is a replica's own store whose redemptions are the ones
+// every replica of the test shares.
 type sharedStore struct {
-	cache.Store
-	*sharedRedemptions
+	cache.Backend
+	shared *sharedRedemptions
 }
+
+func (s sharedStore) Redeem(tickets []string, keep time.Duration) error {
+	return s.shared.Redeem(tickets, keep)
+}
+
+func (s sharedStore) Redeemed(tickets []string) ([]bool, error) { return s.shared.Redeemed(tickets) }
 
 // Envoy sends a listing's Check to replica A and its response to replica
 // B: B records the redemption in the store they share, and A, which issued

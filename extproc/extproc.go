@@ -111,10 +111,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	// The ticket Envoy opened the stream with, if any: "-" is what its
 	// formatter makes of a listing ticket the Check did not leave.
 	var opened string
-	if md, ok := grpcmd.FromIncomingContext(stream.Context()); ok {
-		if v := md.Get(ListingMetadata); len(v) == 1 && v[0] != "-" {
-			opened = v[0]
-		}
+	if v := grpcmd.ValueFromIncomingContext(stream.Context(), ListingMetadata); len(v) == 1 && v[0] != "-" {
+		opened = v[0]
 	}
 	defer func() {
 		// However the stream ends: an answer cut off (a GET stream the
@@ -360,26 +358,33 @@ func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 	var h decide.ResponseHead
 	var ct, ce bool // seen
 	for _, kv := range hm.GetHeaders() {
+		k := strings.ToLower(kv.GetKey())
+		switch k {
+		case ":status", "content-type", "content-encoding", "mcp-session-id":
+		default:
+			// The value of no other header is read: none is copied.
+			if strings.HasPrefix(k, decide.HeaderPrefix) {
+				h.CapsnapHeaders = append(h.CapsnapHeaders, k)
+			}
+			continue
+		}
 		v := string(kv.GetRawValue())
 		if v == "" {
 			v = kv.GetValue()
 		}
-		k := strings.ToLower(kv.GetKey())
-		switch {
-		case k == ":status":
+		switch k {
+		case ":status":
 			h.Status, _ = strconv.Atoi(v)
 		// A header sent twice is read as the Fetch API reads it, joined
 		// by ", ": capsnap must read the framing a client reads.
-		case k == "content-type":
+		case "content-type":
 			h.ContentType = joined(h.ContentType, v, ct)
 			ct = true
-		case k == "content-encoding":
+		case "content-encoding":
 			h.ContentEncoding = joined(h.ContentEncoding, v, ce)
 			ce = true
-		case k == "mcp-session-id":
+		case "mcp-session-id":
 			h.Session = v
-		case strings.HasPrefix(k, decide.HeaderPrefix):
-			h.CapsnapHeaders = append(h.CapsnapHeaders, k)
 		}
 	}
 	return h

@@ -83,9 +83,11 @@ func (s *Server) screenHeaders(head decide.ResponseHead, server, release string,
 	return sc, passedHeaders()
 }
 
-func passedHeaders() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
-}
+func passedHeaders() *extprocv3.ProcessingResponse { return headersPassed }
+
+// headersPassed is shared by every answer whose headers pass unchanged:
+// it is never modified, and marshalling only reads it.
+var headersPassed = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 
 // refusal puts body, a JSON-RPC error, in a response's place.
 func refusal(body []byte, details string) *extprocv3.ProcessingResponse {

@@ -157,9 +157,7 @@ type Store struct {
 }
 
 var (
-	_ cache.Store       = (*Store)(nil)
-	_ cache.CallLog     = (*Store)(nil)
-	_ cache.Redemptions = (*Store)(nil)
+	_ cache.Backend = (*Store)(nil)
 )
 
 // Open returns a Store and starts probing Redis. It returns without

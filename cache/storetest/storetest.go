@@ -1,6 +1,7 @@
-// Package storetest is the contract every cache.Store keeps, as tests: the
-// memory store of one replica and a store several replicas share are held
-// to the same one, so a decision never depends on which store it read.
+// Package storetest is the contract every cache.Backend keeps, as tests,
+// but for its counters (cache/countertest): the memory store of one
+// replica and a store several replicas share are held to the same one, so
+// a decision never depends on which store it read.
 package storetest
 
 import (
@@ -14,12 +15,8 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
-// Store is what the contract holds a store to: its snapshots, and the call
-// log it keeps beside them.
-type Store interface {
-	cache.Store
-	cache.CallLog
-}
+// Store is what the contract holds a store to: the one store port.
+type Store = cache.Backend
 
 // Open returns a new, empty store; the test closes it through t.Cleanup.
 type Open func(t *testing.T) Store
@@ -38,6 +35,7 @@ func Run(t *testing.T, open Open) {
 		{"CallsAreRecordedPerSnapshot", callsAreRecordedPerSnapshot},
 		{"SequenceRulesNeedEveryPredecessor", sequenceRulesNeedEveryPredecessor},
 		{"SnapshotIsItsCallLog", snapshotIsItsCallLog},
+		{"RedemptionsAreKeptForTheirTime", redemptionsAreKeptForTheirTime},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -294,5 +292,35 @@ func snapshotIsItsCallLog(t *testing.T, st Store) {
 	stray := Snapshot("a", "billing", "", time.Minute)
 	if ok, err := stray.Follows("lookup_order", nil, true); ok || !errors.Is(err, cache.ErrUnavailable) {
 		t.Fatalf("a snapshot no store took: %v, %v, want cache.ErrUnavailable", ok, err)
+	}
+}
+
+// A redeemed listing ticket is found redeemed until its keep runs out,
+// and one never redeemed is not: the replica that issued a ticket counts
+// it as lost only when no replica redeemed it.
+func redemptionsAreKeptForTheirTime(t *testing.T, st Store) {
+	short, long := "short-"+cache.NewEpoch(), "long-"+cache.NewEpoch()
+	if err := st.Redeem([]string{short}, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Redeem([]string{long}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Redeemed([]string{short, "never-" + cache.NewEpoch(), long})
+	if err != nil || !slices.Equal(got, []bool{true, false, true}) {
+		t.Fatalf("Redeemed = %v, %v; want [true false true]", got, err)
+	}
+	// Bounded: the short one's keep runs out well within the deadline.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err := st.Redeemed([]string{short, long})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(got, []bool{false, true}) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redeemed = %v long after the short keep ran out; want [false true]", got)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -39,10 +38,7 @@ func openApprovals(cfg config.Config, st *store, auditLog, log zerolog.Logger, r
 	if a.Addr == "" {
 		return nil, nil, nil
 	}
-	var requests approval.Store = approval.NewMemory(approvalsKept)
-	if r, ok := st.Store.(*redis.Store); ok {
-		requests = redis.NewApprovals(r, approvalsKept)
-	}
+	requests := st.approvals
 	base := a.BaseURL
 	if base == "" {
 		base = "http://" + a.Addr

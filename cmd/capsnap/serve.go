@@ -253,7 +253,7 @@ func serve(path string, stdout, stderr io.Writer) error {
 		Servers:          cat.Servers(),
 		Rules:            rules,
 		Denials:          cfg.Denials,
-		Snapshots:        store.Store,
+		Snapshots:        store.Backend,
 		ListingKey:       store.listingKey,
 		SnapshotTTL:      cfg.Snapshots.TTL,
 		Bind:             cfg.Discovery.Bind,
