@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -20,25 +18,15 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/capsnap/capsnap/catalog"
-	"github.com/capsnap/capsnap/checkcodec"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/decide"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envoy"
-	"github.com/capsnap/capsnap/extauthz"
-	"github.com/capsnap/capsnap/extproc"
-	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
-	"github.com/capsnap/capsnap/tracing"
 )
 
 // healthServices are the grpc.health.v1 names capsnap answers for: the
@@ -184,214 +172,14 @@ func serve(path string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log, stderr)
-	keys, err := envelopeKeys(cfg)
+	svc, err := newService(cfg, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	grants, err := grantKeys(cfg)
-	if err != nil {
-		return err
-	}
-	// The audit trail (audit.go): group commit, chained, its checkpoints
-	// signed with the envelope keys; closed last, after every decision.
-	auditLog, closeAudit, err := openAudit(cfg.Audit, stdout, keys, log)
-	if err != nil {
-		return err
-	}
-	defer closeAudit()
-
-	rules, err := decide.LoadRules(cfg.PolicyFile)
-	if err != nil {
-		return err
-	}
-	hop, err := newHop(cfg, log)
-	if err != nil {
-		return err
-	}
-	if observed := cfg.Observed(); len(observed) > 0 {
-		log.Warn().Strs("servers", observed).
-			Msg("OBSERVE MODE: capsnap decides, audits and counts every request to these servers and enforces nothing: a request it would deny passes, and a tools/list response reaches the agent unfiltered")
-	}
-	if cfg.Principal.Source == config.SourceHeader {
-		log.Warn().Str("header", cfg.Principal.Header).
-			Msg("INSECURE: principal taken from a client-supplied header; Envoy must strip it from clients. Development only.")
-	}
-	// The catalog is built on the sources; its list_changed counts go to it.
-	var cat *catalog.Catalog
-	srcs, err := sources(cfg, log, func(id string) { cat.NoteListChanged(id) })
-	if err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// The catalog reports changes to the server built on it below.
-	var srv *decide.Server
-	cat = catalog.New(srcs, catalog.Options{Logger: log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
-		srv.CatalogChanged(id, prev, next, changed)
-	}})
-	reg.MustRegister(cat)
-	store, err := openStore(cfg, log, auditLog, reg)
-	if err != nil {
-		return err
-	}
-	defer store.close()
-	if err := approvalsFor(cfg, rules.Policy); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	approvals, approvalServer, err := openApprovals(cfg, store, auditLog, log, reg)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if approvals != nil {
-		defer approvals.Close()
-	}
-	srv, err = decide.New(decide.Options{
-		Approvals:        approvals,
-		Catalog:          cat,
-		Servers:          cat.Servers(),
-		Rules:            rules,
-		Denials:          cfg.Denials,
-		Snapshots:        store.Backend,
-		ListingKey:       store.listingKey,
-		SnapshotTTL:      cfg.Snapshots.TTL,
-		Bind:             cfg.Discovery.Bind,
-		MaxResponseBytes: cfg.Discovery.MaxResponseBytes,
-		Freshness:        cfg.Catalog,
-		Principal:        cfg.Principal,
-		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
-		Observe:          cfg.Observed(),
-		ReleaseOnError:   cfg.ReleasingOnError(),
-		Audit:            auditLog,
-		Metrics:          decide.NewMetrics(reg),
-		Envelope:         keys,
-		EnvelopeTTL:      cfg.Envelope.TTL,
-		Grants:           grants,
-	})
-	if err != nil {
-		return err
-	}
-
-	tracer, stopTracing, err := tracing.New(context.Background(), cfg.Tracing, versionString())
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer func() {
-		// Spans still batched go out before exit, within a bound.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := stopTracing(ctx); err != nil {
-			log.Warn().Err(err).Msg("tracing: spans not exported at shutdown")
-		}
-	}()
-
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
-	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("serve: %w", err)
-	}
-	// A tools/list response reaches ext_proc whole, in one message. A
-	// CheckRequest is decoded into only what the decision reads
-	// (checkcodec); every other message as gRPC decodes it.
-	gs := grpc.NewServer(append(hop.grpcOptions(),
-		grpc.MaxRecvMsgSize(max(cfg.Discovery.MaxResponseBytes, cfg.Limits.MaxBodyBytes)+64<<10),
-		grpc.ForceServerCodecV2(checkcodec.Codec{}),
-		grpc.NumStreamWorkers(streamWorkers))...)
-	authv3.RegisterAuthorizationServer(gs, extauthz.New(srv, tracer))
-	extprocv3.RegisterExternalProcessorServer(gs, extproc.New(srv, tracer))
-	// NOT_SERVING until ready (health.NewServer starts "" SERVING): an
-	// Envoy that health-checks its replicas sends a starting one no Check
-	// before it can decide them.
-	hs := health.NewServer()
-	for _, svc := range healthServices {
-		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
-	}
-	healthpb.RegisterHealthServer(gs, hs)
-	mux := adminMux(cat, reg, srv, cfg.PolicyFile, cfg.Debug.Pprof, log)
-	serveJWKS(mux, keys)
-	admin := &http.Server{Handler: hop.guardAdmin(mux), ReadHeaderTimeout: 5 * time.Second}
-
+	defer svc.close()
 	ctx, stop := signalContext()
 	defer stop()
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return cat.Run(ctx) })
-	g.Go(func() error { hop.run(ctx); return nil })
-	g.Go(func() error { return gs.Serve(grpcLis) })
-	g.Go(func() error {
-		if err := admin.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	if approvalServer != nil {
-		approvalLis, err := net.Listen("tcp", cfg.Approvals.Addr)
-		if err != nil {
-			return fmt.Errorf("serve: approvals: %w", err)
-		}
-		g.Go(func() error { approvals.Run(ctx, 5*time.Second); return nil })
-		g.Go(func() error {
-			if err := approvalServer.Serve(approvalLis); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-			defer cancel()
-			return approvalServer.Shutdown(sctx)
-		})
-		log.Info().Str("addr", cfg.Approvals.Addr).Str("url", approvals.URL("")).Msg("approvals served")
-	}
-	g.Go(func() error { reloadOnHUP(ctx, cfg.PolicyFile, srv, log); return nil })
-	g.Go(func() error { srv.WatchPolicy(ctx, cfg.PolicyFile, cfg.PolicyPoll, log); return nil })
-	g.Go(func() error { watchKeys(ctx, keys, cfg.Envelope.KeyPoll, log); return nil }) // envelope.go
-	g.Go(func() error { srv.WatchResponsePath(ctx, log); return nil })
-	g.Go(func() error {
-		<-ctx.Done()
-		hs.Shutdown()
-		if cfg.Drain > 0 {
-			// NOT_SERVING first: Envoy's health check moves new Checks to
-			// the other replicas before this one stops taking them.
-			log.Info().Int64("drain_ms", cfg.Drain.Milliseconds()).Msg("shutting down: draining")
-			time.Sleep(cfg.Drain)
-		}
-		log.Info().Msg("shutting down: finishing in-flight checks")
-		done := make(chan struct{})
-		go func() { gs.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(shutdownGrace):
-			gs.Stop()
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-		defer cancel()
-		return admin.Shutdown(sctx)
-	})
-	g.Go(func() error {
-		for srv.Ready() != nil {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		for _, svc := range healthServices {
-			hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-		}
-		return nil
-	})
-	log.Info().Str("grpc_addr", cfg.GRPCAddr).Str("admin_addr", cfg.AdminAddr).
-		Str("policy_digest", rules.Policy.Digest()).Str("version", versionString()).Msg("capsnap serving")
-	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
+	return svc.run(ctx)
 }
 
 // reloadOnHUP reloads the policy on SIGHUP, never loosening it.

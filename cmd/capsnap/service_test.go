@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/testbed"
+)
+
+// The running service, built in process from a configuration as serve
+// builds it (on port 0): its health turns SERVING once the catalog is
+// read, it decides a Check through the gRPC server Envoy calls, /readyz
+// answers, every decision is on the audit trail, and it shuts down when
+// its context ends.
+func TestServiceInProcess(t *testing.T) {
+	cfg, err := config.Load("testdata/ok.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GRPCAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Audit.Path = filepath.Join(t.TempDir(), "audit.jsonl")
+	stderr := &testbed.SyncBuffer{}
+	svc, err := newService(cfg, io.Discard, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- svc.run(ctx) }()
+	stop := func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(shutdownGrace + 5*time.Second):
+			t.Error("run did not return once its context ended")
+		}
+		svc.close()
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+
+	conn, err := grpc.NewClient(svc.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: authv3.Authorization_ServiceDesc.ServiceName})
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not SERVING after 10s: %v %v\n%s", resp, err, stderr)
+		}
+	}
+
+	// No verified principal: denied, as the decision core denies it.
+	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/mcp",
+			Headers: map[string]string{":method": "POST", ":path": "/mcp", "content-type": "application/json", "accept": "application/json, text/event-stream"},
+			RawBody: []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`),
+		}},
+		ContextExtensions: map[string]string{extauthz.ServerIDKey: "billing"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if denied := resp.GetDeniedResponse(); denied == nil || !strings.Contains(string(denied.GetBody()), "no_principal") {
+		t.Fatalf("Check answered %v, want a no_principal denial", resp)
+	}
+
+	r, err := http.Get("http://" + svc.adminLis.Addr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s", r.Status)
+	}
+
+	stop()
+	stopped = true
+	trail, err := os.ReadFile(cfg.Audit.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(trail, []byte(`"reason":"no_principal"`)) || !bytes.Contains(trail, []byte("checkpoint")) {
+		t.Fatalf("the audit trail lacks the denial or its closing checkpoint:\n%s", trail)
+	}
+}
