@@ -253,28 +253,48 @@ func newPolicyCmd() *cobra.Command {
 }
 
 func newPolicyLintCmd() *cobra.Command {
-	var catalogs []string
+	var (
+		catalogs []string
+		file     string
+	)
 	c := &cobra.Command{
-		Use:   "lint FILE [--catalog SERVER=TOOLS_JSON]...",
+		Use:   "lint (--policy FILE | FILE) [--catalog SERVER=TOOLS_JSON]...",
 		Short: "Validate a policy file and print its warnings",
 		Long: `Validate a policy file and print its warnings. With --catalog, a server's
 tools/list result (as a catalog file holds it), every constraint and budget
 amount that reads an argument the tool's inputSchema does not declare is an
 error: exit 1. Warnings alone exit 0.`,
-		Example: "  capsnap policy lint policy.yaml\n  capsnap policy lint policy.yaml --catalog billing=billing-tools.json",
-		Args:    oneFile,
+		Example: "  capsnap policy lint --policy policy.yaml\n  capsnap policy lint policy.yaml --catalog billing=billing-tools.json",
+		Args:    policyArgs(&file),
 		RunE: func(c *cobra.Command, args []string) error {
-			return policyLint(args[0], catalogs, c.OutOrStdout(), c.ErrOrStderr())
+			return policyLint(file, catalogs, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
+	c.Flags().StringVar(&file, "policy", "", "policy file (or give it as the one argument)")
 	c.Flags().StringArrayVar(&catalogs, "catalog", nil, "SERVER=FILE: hold the policy to the tools of a tools/list result (repeatable)")
 	return c
+}
+
+// policyArgs is the arguments of a policy command: the policy file as
+// --policy FILE or as its one argument, the same way to every policy
+// command, into file.
+func policyArgs(file *string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0 && *file != "":
+		case len(args) == 1 && *file == "":
+			*file = args[0]
+		default:
+			return usageError{cmdName(c) + ": the policy is required, as --policy FILE or as the one argument"}
+		}
+		return nil
+	}
 }
 
 func newPolicyExplainCmd() *cobra.Command {
 	var o explainOptions
 	c := &cobra.Command{
-		Use:                   "explain --policy FILE --principal P --server S --tool T [--args JSON]",
+		Use:                   "explain (--policy FILE | FILE) --principal P --server S --tool T [--args JSON]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Print the policy's decision on a call, and why",
 		Long: `Print the policy's decision on a call, and why: which principal rule decides,
@@ -283,12 +303,12 @@ the tool's effect class, the grant, and each constraint, evaluated over
 its constraints not evaluated without --args), 1 when it is denied.`,
 		Example: `  capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support \
     --server billing --tool refund --args '{"order_id":"A-100","amount":40}'`,
-		Args: noArgs,
+		Args: policyArgs(&o.file),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return policyExplain(o, c.OutOrStdout())
 		},
 	}
-	c.Flags().StringVar(&o.file, "policy", "", "policy file")
+	c.Flags().StringVar(&o.file, "policy", "", "policy file (or give it as the one argument)")
 	c.Flags().StringVar(&o.principal, "principal", "", "principal (SPIFFE ID or JWT subject)")
 	c.Flags().StringVar(&o.server, "server", "", "server_id")
 	c.Flags().StringVar(&o.tool, "tool", "", "tool name")

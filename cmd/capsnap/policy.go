@@ -79,8 +79,8 @@ type explainOptions struct {
 // policyExplain prints the policy's decision on a call and why, and fails
 // with errDenied when it is a denial.
 func policyExplain(o explainOptions, stdout io.Writer) error {
-	if o.file == "" || o.principal == "" || o.server == "" || o.tool == "" {
-		return usageError{"policy explain: --policy, --principal, --server and --tool are required"}
+	if o.principal == "" || o.server == "" || o.tool == "" {
+		return usageError{"policy explain: --principal, --server and --tool are required"}
 	}
 	p, err := policy.Load(o.file)
 	if err != nil {
