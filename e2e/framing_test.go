@@ -4,8 +4,9 @@ package e2e
 
 // Issue 35: a tools/list answer in a framing that capsnap could read one
 // way and an MCP client another (testbed/cmd/mcpfixture's
-// x-fixture-framing), through the real Envoy, to the official TypeScript
-// and Python SDK clients. Straight from the server, the SDK clients take
+// x-fixture-framing), on a listing's own POST, the GET stream and a
+// resumed stream (x-fixture-misroute), through the real Envoy, to the
+// official TypeScript and Python SDK clients. Straight from the server, the SDK clients take
 // the server's whole list (wipe_ledger, granted to no one, included);
 // through capsnap none of them ever does: the answer is withheld whole,
 // malformed_response, audited and counted.
@@ -39,6 +40,8 @@ func TestSDKFramings(t *testing.T) {
 		{"GET stream, events as text/plain", "sse-plain", "get-stream"},
 		{"GET stream, events with no Content-Type", "sse-none", "get-stream"},
 		{"GET stream, events in UTF-16", "sse-utf16", "get-stream"},
+		{"resumed stream, events as text/plain", "sse-plain", "resume"},
+		{"resumed stream, events in UTF-16", "sse-utf16", "resume"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// Which clients take the unfiltered list straight from the
@@ -49,7 +52,8 @@ func TestSDKFramings(t *testing.T) {
 					continue // the issue's clients are TypeScript and Python
 				}
 				if tt.misroute != "" && kind.name == "python-client" {
-					// It negotiates 2026-07-28: no session, no GET stream.
+					// It negotiates 2026-07-28: no session, no GET stream,
+					// nothing to resume.
 					continue
 				}
 				connect := func(url, principal string) *sdkAgent {

@@ -66,6 +66,9 @@
 //	      and a tools/list result for id 99
 //	get-stream  a session's first tools/list is answered on its GET stream
 //	      (see HijackMode), with the SDK's own listing
+//	resume  a session's first tools/list is answered on the GET that
+//	      resumes its POST's stream (see ResumeMode), with the SDK's own
+//	      listing
 //	get-big  a GET: a text/event-stream of a progress notification, a
 //	      log message event of 1.2 MB (no listing), and a ping request
 //
@@ -409,7 +412,7 @@ func (f *fixture) malformedGate(next http.Handler) http.Handler {
 // misrouteGate answers a request selected by MisrouteHeader with a listing
 // on a stream not its own, and passes every other request to next.
 func misrouteGate(next http.Handler) http.Handler {
-	hijack := newHijacker(next)
+	hijack, resume := newHijacker(next), newResumer(next)
 	listing := func(id string) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"wipe_ledger","description":%q,"inputSchema":{"type":"object"}}]}}`, id, MisrouteMarker)
 	}
@@ -421,6 +424,9 @@ func misrouteGate(next http.Handler) http.Handler {
 			return
 		case HijackMode:
 			hijack.ServeHTTP(w, r)
+			return
+		case ResumeMode:
+			resume.ServeHTTP(w, r)
 			return
 		}
 		var msg struct {
