@@ -19,6 +19,10 @@ type Screened struct {
 	// JSON-RPC error that answers in its place, as application/json with
 	// HTTP status 502, wherever the adapter can still set the headers.
 	Whole bool
+	// Observed says the server is in observe mode: nothing is withheld,
+	// what would have been is counted in Withheld, and the answer passes
+	// as it was sent (after Oversized, the rest of it unscreened).
+	Observed bool
 }
 
 // Screen is the response path of every answer that is not a tools/list's
@@ -45,7 +49,7 @@ type Screened struct {
 func (s *Server) Screen(serverID string, head ResponseHead, content []byte) Screened {
 	out := s.screen(serverID, head, content)
 	if s.observe[serverID] {
-		return Screened{Content: content}
+		return Screened{Content: content, Withheld: out.Withheld, Observed: true}
 	}
 	return out
 }
@@ -101,7 +105,7 @@ func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 	if s.observe[serverID] {
 		// An observed server's answer passes unscreened; the withholding
 		// is audited and counted, and the adapter passes the rest.
-		return Screened{}
+		return Screened{Withheld: 1, Observed: true}
 	}
 	switch framing {
 	case mcpparse.FramingSSE:

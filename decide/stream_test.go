@@ -171,7 +171,7 @@ func TestOversized(t *testing.T) {
 		}
 	}
 	f := newFixture(t, observeBilling)
-	if r := f.Oversized("billing", ResponseHead{Status: 200, ContentType: "text/event-stream"}); r.Withheld != 0 || r.Content != nil {
-		t.Errorf("observed: %+v, want nothing withheld", r)
+	if r := f.Oversized("billing", ResponseHead{Status: 200, ContentType: "text/event-stream"}); !r.Observed || r.Withheld != 1 || r.Content != nil {
+		t.Errorf("observed: %+v, want nothing withheld and the withholding counted", r)
 	}
 }

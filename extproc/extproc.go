@@ -105,8 +105,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		elicits bool
 		sc      *screen
 		// answered says a tools/list's own answer came back through the
-		// response path, and delivered that its body reached Deliver.
-		answered, delivered bool
+		// response path, and delivered that its body reached Deliver;
+		// headed that any answer's headers came.
+		answered, delivered, headed bool
 	)
 	// The ticket Envoy opened the stream with, if any: "-" is what its
 	// formatter makes of a listing ticket the Check did not leave.
@@ -125,8 +126,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case delivered:
 		case ticket != "" && answered:
 			s.decider.Aborted(ticket, head)
-		case ticket == "" && opened != "":
-			// Ended before Envoy sent a message.
+		case ticket == "" && opened != "" && !headed:
+			// Ended before Envoy sent the headers. Headers that came
+			// without the ticket are an answer the response path took
+			// for another's: Envoy forwards no metadata, which the
+			// unbound count is there to show.
 			s.decider.Aborted(opened, head)
 		}
 	}()
@@ -163,7 +167,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_RequestTrailers:
 			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			head = responseHead(r.ResponseHeaders.GetHeaders())
+			head, headed = responseHead(r.ResponseHeaders.GetHeaders()), true
 			if elicits && head.Status/100 == 2 {
 				s.decider.Elicits(head.Session)
 			}

@@ -47,9 +47,13 @@ type screen struct {
 	// passing says everything passes as it comes: an answer of a server
 	// in observe mode that outgrew the bound.
 	passing bool
-	// withheld says something of the answer was withheld, and counted;
-	// counted that the answer has been counted either way.
-	withheld, counted bool
+	// screened is how much of a body of another framing was held when it
+	// was last screened.
+	screened int
+	// withheld says something of the answer was withheld (or, observed,
+	// would have been), and counted; ended that the answer ended; counted
+	// that the answer has been counted either way.
+	withheld, ended, counted bool
 }
 
 // screenHeaders answers the headers of an answer that is not a tools/list's
@@ -60,20 +64,23 @@ type screen struct {
 // the screen returned then reads it, and the headers of a body decided
 // whole wait for it (no answer now).
 func (s *Server) screenHeaders(head decide.ResponseHead, server, release string, body, duplex bool) (*screen, *extprocv3.ProcessingResponse) {
-	if body && mcpparse.Encoded(head.ContentEncoding) {
-		if r := s.decider.Screen(server, head, nil); r.Withheld > 0 {
-			return nil, refusal(r.Content, "capsnap_malformed_response")
-		}
-		// Observed: it passes as it was sent, unscreened.
-		return &screen{d: s.decider, server: server, head: head, passing: true, counted: true}, passedHeaders()
-	}
 	if !body {
 		s.decider.Passed(server, true)
 		return nil, passedHeaders()
 	}
 	if !duplex {
-		// Buffered: screenBody screens the body whole.
+		// Buffered: screenBody screens the body whole, a compressed one
+		// included.
 		return nil, passedHeaders()
+	}
+	if mcpparse.Encoded(head.ContentEncoding) {
+		r := s.decider.Screen(server, head, nil)
+		if r.Whole {
+			return nil, refusal(r.Content, "capsnap_malformed_response")
+		}
+		// Observed: it passes as it was sent, unscreened, and was
+		// counted.
+		return &screen{d: s.decider, server: server, head: head, passing: true, counted: true}, passedHeaders()
 	}
 	sc := &screen{d: s.decider, server: server, head: head, release: release, framing: mcpparse.FramingOf(head.ContentType)}
 	if sc.framing == mcpparse.FramingOther {
@@ -110,7 +117,7 @@ func (s *Server) screenBody(head decide.ResponseHead, server, release string, bo
 	}
 	var r decide.Screened
 	if len(body) > s.decider.MaxResponseBytes() {
-		if r = s.decider.Oversized(server, head); r.Withheld > 0 {
+		if r = s.decider.Oversized(server, head); !r.Observed {
 			return []*extprocv3.ProcessingResponse{refusal(r.Content, "capsnap_malformed_response")}, true, nil
 		}
 		r.Content = body
@@ -149,28 +156,30 @@ func (sc *screen) feed(chunk []byte, end, trailers bool) (resps []*extprocv3.Pro
 		out, end = whole, true
 	}
 	if sc.deferred {
-		if !end {
+		if !end && !sc.passing {
 			return nil, false
 		}
 		sc.deferred = false
 		resps = append(resps, passedHeaders())
 	}
 	if end {
+		sc.ended = true
 		sc.count()
 	}
 	return append(resps, streamedBody(out, end && !trailers)...), false
 }
 
 // count counts the answer once: as passed when nothing of it was withheld
-// (each withholding was counted as it was made), or, cut off while it was
-// held back whole, as unfinished.
+// (each withholding was counted as it was made), or, cut off before its
+// end while it was held back whole (a JSON body, another framing), as
+// unfinished. An event stream cut off passed what it had screened.
 func (sc *screen) count() {
 	if sc.counted {
 		return
 	}
 	sc.counted = true
 	if !sc.withheld {
-		sc.d.Passed(sc.server, !sc.deferred)
+		sc.d.Passed(sc.server, sc.ended || sc.framing == mcpparse.FramingSSE)
 	}
 }
 
@@ -206,11 +215,12 @@ func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
 	}
 	if len(sc.held) > sc.d.MaxResponseBytes() {
 		r := sc.d.Oversized(sc.server, sc.head)
-		if r.Withheld == 0 {
+		sc.withheld = true
+		if r.Observed {
 			sc.passing, out, sc.held = true, sc.held, nil
 			return out, nil
 		}
-		sc.withheld, sc.held = true, nil
+		sc.held = nil
 		if r.Whole {
 			return nil, r.Content
 		}
@@ -221,15 +231,24 @@ func (sc *screen) readWhole(chunk []byte, end bool) (out, whole []byte) {
 		return nil, nil
 	}
 	if !end {
-		if sc.framing != mcpparse.FramingOther {
+		// What is held so far of another framing could name tools for
+		// some client already: withheld now, not when the answer ends (a
+		// GET stream never does). A body that could not still may, once
+		// more of it comes; it is screened again each time it has
+		// doubled, so that a body in many small chunks costs no more
+		// than twice its screening, and nothing of it passes meanwhile.
+		if sc.framing != mcpparse.FramingOther || len(sc.held) < 2*sc.screened {
 			return nil, nil
 		}
-		// What is held so far could name tools for some client already:
-		// withheld now, not when the answer ends (a GET stream never
-		// does). A body that could not still may, once more of it comes.
-		if r := sc.d.Screen(sc.server, sc.head, sc.held); r.Whole {
+		sc.screened = len(sc.held)
+		switch r := sc.d.Screen(sc.server, sc.head, sc.held); {
+		case r.Whole:
 			sc.withheld, sc.held = true, nil
 			return nil, r.Content
+		case r.Observed && r.Withheld > 0:
+			// Counted once: the rest passes as it comes.
+			sc.withheld, sc.passing, out, sc.held = true, true, sc.held, nil
+			return out, nil
 		}
 		return nil, nil
 	}
@@ -267,11 +286,12 @@ func (sc *screen) readEvents(chunk []byte, end bool) []byte {
 			switch {
 			case len(sc.held) > max:
 				r := sc.d.Oversized(sc.server, sc.head)
-				if r.Withheld == 0 {
+				sc.withheld = true
+				if r.Observed {
 					sc.passing = true
-					return append(append(out, sc.held...), r.Content...)
+					return append(out, sc.held...)
 				}
-				sc.withheld, sc.dropping, sc.held = true, true, nil
+				sc.dropping, sc.held = true, nil
 				out = append(out, r.Content...)
 			case end && len(sc.held) > 0:
 				// The stream ended inside an event.
@@ -284,11 +304,11 @@ func (sc *screen) readEvents(chunk []byte, end bool) []byte {
 		sc.held, chunk = nil, chunk[n:]
 		if len(event) > max {
 			r := sc.d.Oversized(sc.server, sc.head)
-			if r.Withheld == 0 {
+			sc.withheld = true
+			if r.Observed {
 				out = append(out, event...)
 				continue
 			}
-			sc.withheld = true
 			out = append(out, r.Content...)
 			continue
 		}

@@ -3,6 +3,7 @@ package mcpparse
 import (
 	"bytes"
 	"mime"
+	"regexp"
 	"strings"
 	"unicode/utf16"
 )
@@ -46,10 +47,13 @@ func (f Framing) String() string {
 
 // FramingOf is the framing of an answer whose Content-Type header is
 // contentType (a header sent twice is read joined by ", ", as the Fetch
-// API joins it). The media type's essence is matched case-insensitively,
-// its parameters are parsed, and only charset=utf-8 is taken as the
-// clients' default; a header that names the other media type anywhere,
-// even inside a parameter's value, is one that clients read differently.
+// API joins it). Only two spellings are read as every client reads them:
+// application/json or text/event-stream (in any letter case), with at
+// most the parameter charset=utf-8 (quoted or not, utf8 too), and nothing
+// else. The clients parse parameters each their own way (Go's
+// mime.ParseMediaType drops an RFC 2231 "charset*" it cannot decode, which
+// Python's email parser reads and decodes the body by), so any other
+// parameter, any other spelling, is FramingOther.
 func FramingOf(contentType string) Framing {
 	// What servers send, read on every answer without a parse.
 	switch contentType {
@@ -58,29 +62,19 @@ func FramingOf(contentType string) Framing {
 	case "text/event-stream":
 		return FramingSSE
 	}
-	lower := strings.ToLower(contentType)
-	if strings.Contains(lower, ",") {
+	m := plainType.FindStringSubmatch(contentType)
+	if m == nil {
 		return FramingOther
 	}
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return FramingOther
-	}
-	for k, v := range params {
-		if k != "charset" || !utf8Charset(v) {
-			return FramingOther
-		}
-	}
-	switch {
-	case mt == "application/json" && !strings.Contains(lower, "event-stream"):
+	if strings.EqualFold(m[1], "application/json") {
 		return FramingJSON
-	case mt == "text/event-stream" && !strings.Contains(lower, "json"):
-		return FramingSSE
 	}
-	return FramingOther
+	return FramingSSE
 }
 
-func utf8Charset(v string) bool { return strings.EqualFold(v, "utf-8") || strings.EqualFold(v, "utf8") }
+// plainType is the grammar of the two Content-Types FramingOf reads as
+// they are: a media type, then at most one parameter, charset=utf-8.
+var plainType = regexp.MustCompile(`(?i)^[ \t]*(application/json|text/event-stream)[ \t]*(?:;[ \t]*charset[ \t]*=[ \t]*(?:utf-?8|"utf-?8")[ \t]*)?;?[ \t]*$`)
 
 // OtherMayName reports whether some client could read a member named name
 // (lower-case ASCII, as MayName) in body, an answer of FramingOther with
@@ -104,7 +98,7 @@ func OtherMayName(contentType string, body []byte, name string) bool {
 	}
 	asJSON := strings.Contains(strings.ToLower(contentType), "json")
 	for _, text := range texts {
-		if asJSON && MayName(text, name) {
+		if asJSON && jsonMayName(text, name) {
 			return true
 		}
 		if dataMayName(text, name, true) || dataMayName(text, name, false) {
@@ -120,14 +114,19 @@ func OtherMayName(contentType string, body []byte, name string) bool {
 // backslash MayName looks for are the same bytes), and, for UTF-16 or a
 // body that looks like it (a byte order mark, a NUL byte), the body
 // decoded in both byte orders. ok is false for a charset capsnap cannot
-// decode.
+// decode, and for a header whose charset it cannot tell for certain: one
+// that names a charset more than once or in another form (RFC 2231's
+// "charset*", a charset inside another parameter) or does not parse,
+// where the clients' parsers may each find another one.
 func decodings(contentType string, body []byte) (texts [][]byte, ok bool) {
-	_, params, err := mime.ParseMediaType(contentType)
-	charset := strings.ToLower(strings.TrimSpace(params["charset"]))
-	if err != nil {
-		// Parameters a client may still find, such as a charset after
-		// a malformed one.
-		charset = charsetAnywhere(contentType)
+	charset := ""
+	if n := strings.Count(strings.ToLower(contentType), "charset"); n > 0 {
+		_, params, err := mime.ParseMediaType(contentType)
+		v, named := params["charset"]
+		if n > 1 || err != nil || !named || strings.Contains(contentType, "*") {
+			return nil, false
+		}
+		charset = strings.ToLower(strings.TrimSpace(v))
 	}
 	texts = [][]byte{body}
 	switch charset {
@@ -142,23 +141,46 @@ func decodings(contentType string, body []byte) (texts [][]byte, ok bool) {
 	return append(texts, utf16Text(body, false), utf16Text(body, true)), true
 }
 
-// charsetAnywhere is the value of the first "charset=" in a Content-Type
-// that does not parse, lower-cased; "" if it names none, and a value that
-// matches no charset above if it names one in a form capsnap cannot read.
-func charsetAnywhere(contentType string) string {
-	lower := strings.ToLower(contentType)
-	i := strings.Index(lower, "charset")
-	if i < 0 {
-		return ""
+// dataField reports whether some client takes field for "data": in any
+// letter case, after a byte order mark, or one mis-decoded as "ï»¿" (which
+// the TypeScript SDK's parser drops), and with space around it (which
+// Go's trims).
+func dataField(field []byte) bool {
+	for {
+		switch {
+		case bytes.HasPrefix(field, []byte("\xef\xbb\xbf")):
+			field = field[3:]
+		case bytes.HasPrefix(field, []byte("\u00ef\u00bb\u00bf")):
+			field = field[6:]
+		default:
+			return bytes.EqualFold(bytes.TrimSpace(field), []byte("data"))
+		}
 	}
-	v := strings.TrimLeft(lower[i+len("charset"):], " \t=\"'")
-	if j := strings.IndexAny(v, " \t;,\"'"); j >= 0 {
-		v = v[:j]
+}
+
+// jsonMayName reports whether some client's JSON reading of doc could
+// find name: a member "tools" of a response's result (a listing), or a
+// response's "result". A doc that is strict JSON is read exactly, as the
+// response path reads one (a server's problem+json error passes);
+// any other by MayName.
+func jsonMayName(doc []byte, name string) bool {
+	if name == "tools" {
+		_, n := withholdListings(doc, 0, func([]byte) []byte { return nil })
+		return n > 0
 	}
-	if v == "" {
-		return "unreadable"
+	if checkJSON(doc, depthLimit(0), true) != nil {
+		return MayName(doc, name)
 	}
-	return v
+	resps, err := responses(trimValue(doc))
+	if err != nil {
+		return MayName(doc, name)
+	}
+	for _, a := range resps {
+		if a.result != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // utf16Text decodes b as UTF-16 in one byte order (a byte order mark is
@@ -177,9 +199,7 @@ func utf16Text(b []byte, bigEndian bool) []byte {
 
 // dataMayName reports whether some event-stream reading of text has a
 // data line that may name name. Lines end at CR, LF or CRLF (anyEnd) or
-// at LF alone; a field is data whatever its case and whatever else its
-// name holds (a byte order mark, one mis-decoded as "ï»¿", which the
-// TypeScript SDK's parser drops, space, which Go's trims). Each name a JSON parser reads in an event's
+// at LF alone; a field is data as dataField says. Each name a JSON parser reads in an event's
 // data lies within one data line (JSON allows no line break inside a
 // string), so data lines are looked at one by one.
 func dataMayName(text []byte, name string, anyEnd bool) bool {
@@ -195,7 +215,7 @@ func dataMayName(text []byte, name string, anyEnd bool) bool {
 			line, text = text[:i], text[i+1:]
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
-		if bytes.Contains(bytes.ToLower(field), []byte("data")) && MayName(value, name) {
+		if dataField(field) && MayName(value, name) {
 			return true
 		}
 	}
