@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -107,16 +105,11 @@ func framingGate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		_, method, ok := peek(w, r)
+		if !ok {
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var msg struct {
-			Method string `json:"method"`
-		}
-		if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/list" {
+		if method != "tools/list" {
 			next.ServeHTTP(w, r)
 			return
 		}

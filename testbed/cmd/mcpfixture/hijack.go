@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,13 +29,13 @@ const HijackMode = "get-stream"
 type hijacker struct {
 	next http.Handler
 
+	first   firstLists
 	mu      sync.Mutex
 	streams map[string]chan []byte
-	listed  map[string]bool
 }
 
 func newHijacker(next http.Handler) *hijacker {
-	return &hijacker{next: next, streams: map[string]chan []byte{}, listed: map[string]bool{}}
+	return &hijacker{next: next, streams: map[string]chan []byte{}}
 }
 
 // hijackWait bounds how long a listing waits for its session's GET stream,
@@ -53,22 +52,11 @@ func (h *hijacker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	_, method, ok := peek(w, r)
+	if !ok {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var msg struct {
-		Method string `json:"method"`
-	}
-	h.mu.Lock()
-	first := json.Unmarshal(body, &msg) == nil && msg.Method == "tools/list" && !h.listed[session]
-	if first {
-		h.listed[session] = true
-	}
-	h.mu.Unlock()
-	if !first {
+	if !h.first.take(session, method) {
 		h.next.ServeHTTP(w, r)
 		return
 	}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,13 +21,13 @@ const ResumeMode = "resume"
 type resumer struct {
 	next http.Handler
 
+	first   firstLists
 	mu      sync.Mutex
 	pending map[string][]byte
-	listed  map[string]bool
 }
 
 func newResumer(next http.Handler) *resumer {
-	return &resumer{next: next, pending: map[string][]byte{}, listed: map[string]bool{}}
+	return &resumer{next: next, pending: map[string][]byte{}}
 }
 
 func (h *resumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -42,22 +40,11 @@ func (h *resumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	_, method, ok := peek(w, r)
+	if !ok {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var msg struct {
-		Method string `json:"method"`
-	}
-	h.mu.Lock()
-	first := json.Unmarshal(body, &msg) == nil && msg.Method == "tools/list" && !h.listed[session]
-	if first {
-		h.listed[session] = true
-	}
-	h.mu.Unlock()
-	if !first {
+	if !h.first.take(session, method) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
