@@ -14,7 +14,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -143,28 +143,9 @@ func TestFramingsOnEveryStream(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := faultMetric(t, s, "capsnap_deliveries_total", "result", "malformed_response")
-			req, err := http.NewRequest(tt.method, s.MCPURL(), strings.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
-			req.Header.Set(misrouteHeader, tt.how)
-			req.Header.Set(framingHeader, tt.framing)
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-			req.Header.Set("Mcp-Session-Id", "framing-session")
-			if tt.method == http.MethodPost {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			for k, v := range tt.extra {
-				req.Header.Set(k, v)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			h := map[string]string{misrouteHeader: tt.how, framingHeader: tt.framing}
+			maps.Copy(h, tt.extra)
+			resp, body, err := agentRequest(client, s, tt.method, tt.body, h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,21 +175,7 @@ func TestFramingsOnEveryStream(t *testing.T) {
 func TestOversizedEventOnTheGETStream(t *testing.T) {
 	s := deliveryStack(t, "", nil)
 	before := faultMetric(t, s, "capsnap_deliveries_total", "result", "malformed_response")
-	req, err := http.NewRequest(http.MethodGet, s.MCPURL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
-	req.Header.Set(misrouteHeader, "get-big")
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	req.Header.Set("Mcp-Session-Id", "framing-session")
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body, err := agentRequest(&http.Client{Timeout: 20 * time.Second}, s, http.MethodGet, "", map[string]string{misrouteHeader: "get-big", "Accept": "text/event-stream"})
 	if err != nil {
 		t.Fatalf("the stream was cut off after %d bytes: %v", len(body), err)
 	}
@@ -243,23 +210,11 @@ func TestUpstreamAbortedListing(t *testing.T) {
 	// anything, and capsnap knows the listing by the ticket Envoy opened
 	// the stream with (grpc_service.initial_metadata).
 	for _, how := range []string{"stall", "now"} {
-		req, err := http.NewRequest(http.MethodPost, s.MCPURL(), strings.NewReader(`{"jsonrpc":"2.0","id":41,"method":"tools/list"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
-		req.Header.Set(abortHeader, how)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		req.Header.Set("Mcp-Session-Id", "framing-session")
-		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-		if err != nil {
+		resp, body, err := agentRequest(&http.Client{Timeout: 10 * time.Second}, s, http.MethodPost, `{"jsonrpc":"2.0","id":41,"method":"tools/list"}`, map[string]string{abortHeader: how})
+		if resp == nil {
 			t.Logf("%s: the client got: %v", how, err)
 			continue
 		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		t.Logf("%s: the client got status %d, %q (%v)", how, resp.StatusCode, body, err)
 		if resp.StatusCode == http.StatusOK && len(body) > 0 && !bytes.Contains(body, []byte("capsnap")) {
 			t.Fatalf("%s: part of the aborted answer reached the client: %q", how, body)

@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,27 +63,9 @@ func TestListingOnAnotherStreamIsWithheld(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := faultMetric(t, s, "capsnap_deliveries_total", "result", "listing_unbound")
-			req, err := http.NewRequest(tt.method, s.MCPURL(), strings.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
-			req.Header.Set(misrouteHeader, tt.how)
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-			req.Header.Set("Mcp-Session-Id", "misroute-session")
-			if tt.method == http.MethodPost {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			for k, v := range tt.extra {
-				req.Header.Set(k, v)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			h := map[string]string{misrouteHeader: tt.how}
+			maps.Copy(h, tt.extra)
+			resp, body, err := agentRequest(client, s, tt.method, tt.body, h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,6 +91,34 @@ func TestListingOnAnotherStreamIsWithheld(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentRequest sends a request of method with body through Envoy as the
+// delivery agent in a 2025-11-25 session, with headers (the fixture's
+// modes among them) besides MCP's, and returns what the client got, body
+// and all.
+func agentRequest(client *http.Client, s *testbed.Stack, method, body string, headers map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(method, s.MCPURL(), strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set(testbed.PrincipalHeader, deliveryAgent)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("Mcp-Session-Id", "misroute-session")
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
 }
 
 // misrouteAudited waits for capsnap's audit line of the listing withheld
