@@ -195,12 +195,7 @@ func (s *Server) Deliver(ticket string, head ResponseHead, body []byte) *Deliver
 func (s *Server) Aborted(ticket string, head ResponseHead) {
 	start := s.now()
 	d := &decision{now: start, Outcome: Outcome{Method: "tools/list"}, phase: "response"}
-	l, err := s.open(ticket, start)
-	if err != nil {
-		d.Denial = deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
-	} else {
-		d.Principal, d.ServerID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
-		s.unbound.redeemed(l.ServerID, ticket, start)
+	if _, d.Denial = s.redeem(d, ticket); d.Denial == nil {
 		what := fmt.Sprintf("the server's tools/list answer (HTTP %d) ended before its body did", head.Status)
 		if head.Status == 0 {
 			what = "the server's tools/list answer ended as soon as its headers reached Envoy's ext_proc filter"
@@ -220,13 +215,10 @@ func epochHeaders(snap *cache.Snapshot) [][2]string {
 }
 
 func (s *Server) deliver(d *decision, out *Delivery, ticket string, head ResponseHead, body []byte) *deny.Error {
-	l, err := s.open(ticket, d.now)
-	if err != nil {
-		return deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
+	l, fail := s.redeem(d, ticket)
+	if fail != nil {
+		return fail
 	}
-	d.Principal, d.ServerID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
-	// Back through the response path, whatever it answers.
-	s.unbound.redeemed(l.ServerID, ticket, d.now)
 	switch {
 	case head.Status < 100 || head.Status > 599:
 		return deny.Errorf(deny.MalformedResponse, "the tools/list response has no valid HTTP status (%d): Envoy's ext_proc response_header_mode must be SEND", head.Status)
@@ -288,6 +280,20 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	}
 	out.Body = resp.Rewrite(keep, snap.ValidUntil.Sub(d.now).Milliseconds())
 	return nil
+}
+
+// redeem opens the listing ticket a tools/list's answer came back with,
+// fills d with who listed what, where, and notes the ticket redeemed: the
+// answer came back through the response path, whatever it answers. A
+// ticket that does not open is unknown_listing.
+func (s *Server) redeem(d *decision, ticket string) (listing, *deny.Error) {
+	l, err := s.open(ticket, d.now)
+	if err != nil {
+		return l, deny.Errorf(deny.UnknownListing, "%v: Envoy must send capsnap only the responses of tools/list requests capsnap allowed, with the ext_authz filter's metadata", err)
+	}
+	d.Principal, d.ServerID, d.session, d.version, d.id, d.requestID = l.Principal, l.ServerID, l.Session, l.Version, l.ID, l.RequestID
+	s.unbound.redeemed(l.ServerID, ticket, d.now)
+	return l, nil
 }
 
 // withhold decides whether a delivered tool can be pinned: the rule that

@@ -197,6 +197,9 @@ func TestReleaseOnError(t *testing.T) {
 		{"a tool error in an event", "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[],\"isError\":true}}\n\n", ResponseHead{Status: 200, ContentType: "text/event-stream"}, true, true},
 		{"a result", `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`, okJSON, false, true},
 		{"another id's error", `{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":"x"}}`, okJSON, false, false},
+		// A framing clients read differently: the error is not read, and
+		// the amount stays taken.
+		{"an error in another framing", `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"ledger down"}}`, ResponseHead{Status: 200, ContentType: "application/json; charset=utf-16"}, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := limitsFixture(t, func(o *Options) { o.ReleaseOnError = []string{"billing"} })

@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"strconv"
-
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 )
@@ -55,7 +53,9 @@ func (s *Server) Screen(serverID string, head ResponseHead, content []byte) Scre
 }
 
 func (s *Server) screen(serverID string, head ResponseHead, content []byte) Screened {
+	withheld := 0
 	unbound := func(id []byte) []byte {
+		withheld++
 		return s.withholdAnswer(serverID, id, deny.Errorf(deny.ListingUnbound,
 			"a tools/list result came on a stream that is not its own request's answer: capsnap cannot pin what it would deliver; list tools again"))
 	}
@@ -75,10 +75,10 @@ func (s *Server) screen(serverID string, head ResponseHead, content []byte) Scre
 	default:
 		return Screened{Content: content}
 	}
-	if len(out) == len(content) && string(out) == string(content) {
+	if withheld == 0 {
 		return Screened{Content: content}
 	}
-	return Screened{Content: out, Withheld: 1}
+	return Screened{Content: out, Withheld: withheld}
 }
 
 // The results of capsnap_deliveries_total that are not audited: an answer
@@ -101,7 +101,7 @@ func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 		what = "an event"
 	}
 	body := s.withholdAnswer(serverID, nil, deny.Errorf(deny.MalformedResponse,
-		"%s over discovery.max_response_bytes %s, which capsnap cannot screen whole: it is withheld, none of it passed", what, strconv.Itoa(s.maxResponse)))
+		"%s over discovery.max_response_bytes %d, which capsnap cannot screen whole: it is withheld, none of it passed", what, s.maxResponse))
 	if s.observe[serverID] {
 		// An observed server's answer passes unscreened; the withholding
 		// is audited and counted, and the adapter passes the rest.
@@ -109,7 +109,7 @@ func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 	}
 	switch framing {
 	case mcpparse.FramingSSE:
-		return Screened{Content: sseEvent(body), Withheld: 1}
+		return Screened{Content: mcpparse.MessageEvent(body), Withheld: 1}
 	case mcpparse.FramingJSON:
 		return Screened{Content: body, Withheld: 1}
 	}
@@ -147,12 +147,4 @@ func (s *Server) withholdAnswer(serverID string, id []byte, why *deny.Error) []b
 	}}
 	s.recordDelivery(d, &Delivery{}, s.now().Sub(start))
 	return d.errorJSON()
-}
-
-// sseEvent is data, one JSON message, as one event of an event stream.
-func sseEvent(data []byte) []byte {
-	out := make([]byte, 0, len(data)+len("event: message\ndata: \n\n"))
-	out = append(out, "event: message\ndata: "...)
-	out = append(out, data...)
-	return append(out, "\n\n"...)
 }

@@ -361,34 +361,31 @@ func headerMutation(head decide.ResponseHead, out *decide.Delivery) *extprocv3.C
 func responseHead(hm *corev3.HeaderMap) decide.ResponseHead {
 	var h decide.ResponseHead
 	var ct, ce bool // seen
+	// Only the values read are copied out of the message.
+	value := func(kv *corev3.HeaderValue) string {
+		if v := kv.GetRawValue(); len(v) > 0 {
+			return string(v)
+		}
+		return kv.GetValue()
+	}
 	for _, kv := range hm.GetHeaders() {
-		k := strings.ToLower(kv.GetKey())
-		switch k {
-		case ":status", "content-type", "content-encoding", "mcp-session-id":
-		default:
-			// The value of no other header is read: none is copied.
-			if strings.HasPrefix(k, decide.HeaderPrefix) {
-				h.CapsnapHeaders = append(h.CapsnapHeaders, k)
-			}
-			continue
-		}
-		v := string(kv.GetRawValue())
-		if v == "" {
-			v = kv.GetValue()
-		}
-		switch k {
+		switch k := strings.ToLower(kv.GetKey()); k {
 		case ":status":
-			h.Status, _ = strconv.Atoi(v)
+			h.Status, _ = strconv.Atoi(value(kv))
 		// A header sent twice is read as the Fetch API reads it, joined
 		// by ", ": capsnap must read the framing a client reads.
 		case "content-type":
-			h.ContentType = joined(h.ContentType, v, ct)
+			h.ContentType = joined(h.ContentType, value(kv), ct)
 			ct = true
 		case "content-encoding":
-			h.ContentEncoding = joined(h.ContentEncoding, v, ce)
+			h.ContentEncoding = joined(h.ContentEncoding, value(kv), ce)
 			ce = true
 		case "mcp-session-id":
-			h.Session = v
+			h.Session = value(kv)
+		default:
+			if strings.HasPrefix(k, decide.HeaderPrefix) {
+				h.CapsnapHeaders = append(h.CapsnapHeaders, k)
+			}
 		}
 	}
 	return h

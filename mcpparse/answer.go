@@ -38,21 +38,26 @@ func CarriesResult(contentType, contentEncoding string, body []byte, maxDepth in
 		return OtherMayName(contentType, body, "result")
 	}
 	maxDepth = depthLimit(maxDepth)
-	return anyDocument(body, framing == FramingSSE, func(doc []byte) bool {
-		if checkJSON(doc, maxDepth, true) != nil {
-			return MayName(doc, "result")
+	return anyDocument(body, framing == FramingSSE, func(doc []byte) bool { return mayHoldResult(doc, maxDepth) })
+}
+
+// mayHoldResult reports whether some parser could read a JSON-RPC result
+// in doc, one JSON document: exactly when doc is strict JSON, else
+// whenever it could name one (MayName).
+func mayHoldResult(doc []byte, maxDepth int) bool {
+	if checkJSON(doc, maxDepth, true) != nil {
+		return MayName(doc, "result")
+	}
+	resps, err := responses(trimValue(doc))
+	if err != nil {
+		return MayName(doc, "result")
+	}
+	for _, a := range resps {
+		if a.result != nil {
+			return true
 		}
-		resps, err := responses(trimValue(doc))
-		if err != nil {
-			return MayName(doc, "result")
-		}
-		for _, a := range resps {
-			if a.result != nil {
-				return true
-			}
-		}
-		return false
-	})
+	}
+	return false
 }
 
 // anyDocument reports whether match holds for some JSON document of body:
@@ -228,7 +233,7 @@ func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) [
 	}
 	events, err := ReadEventStream(body)
 	if err != nil {
-		return append(append([]byte("event: message\ndata: "), withhold(jsonNull)...), "\n\n"...)
+		return MessageEvent(withhold(jsonNull))
 	}
 	// From the last event back, so that each one's span in body still
 	// holds when it is replaced.
@@ -242,6 +247,15 @@ func WithholdEventListings(body []byte, maxDepth int, withhold func(id []byte) [
 		}
 	}
 	return body
+}
+
+// MessageEvent is msg, one JSON-RPC message on one line, as one event of
+// an event stream.
+func MessageEvent(msg []byte) []byte {
+	out := make([]byte, 0, len(msg)+len("event: message\ndata: \n\n"))
+	out = append(out, "event: message\ndata: "...)
+	out = append(out, msg...)
+	return append(out, "\n\n"...)
 }
 
 // CompleteEvents returns the length of the longest prefix of b, the start

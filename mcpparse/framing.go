@@ -81,10 +81,10 @@ var plainType = regexp.MustCompile(`(?i)^[ \t]*(application/json|text/event-stre
 // the given Content-Type: as one JSON document when the type names JSON
 // anywhere; as an event stream always (lines ended by CR, LF or CRLF, as
 // the TypeScript and Python SDKs split them, or by LF alone, as the Go
-// SDK does; any field whose name holds "data"); and each of those in the
-// bytes as they are and as decoded by the type's charset. A charset
-// capsnap cannot decode leaves it unable to say, so any body but a blank
-// one may name anything.
+// SDK does; a field any client takes for data, dataField); and each of
+// those in the bytes as they are and as decoded by the type's charset. A
+// charset capsnap cannot decode, or cannot tell for certain, leaves it
+// unable to say, so any body but a blank one may name anything.
 //
 // It errs toward true, never toward false: what it passes, no client
 // reads a name in.
@@ -159,28 +159,16 @@ func dataField(field []byte) bool {
 }
 
 // jsonMayName reports whether some client's JSON reading of doc could
-// find name: a member "tools" of a response's result (a listing), or a
-// response's "result". A doc that is strict JSON is read exactly, as the
-// response path reads one (a server's problem+json error passes);
-// any other by MayName.
+// find name: a member "tools" of a response's result (a listing, as
+// WithholdListings finds one), or a response's "result" (as CarriesResult
+// finds one). A doc that is strict JSON is read exactly, so a server's
+// problem+json error passes; any other by MayName.
 func jsonMayName(doc []byte, name string) bool {
 	if name == "tools" {
 		_, n := withholdListings(doc, 0, func([]byte) []byte { return nil })
 		return n > 0
 	}
-	if checkJSON(doc, depthLimit(0), true) != nil {
-		return MayName(doc, name)
-	}
-	resps, err := responses(trimValue(doc))
-	if err != nil {
-		return MayName(doc, name)
-	}
-	for _, a := range resps {
-		if a.result != nil {
-			return true
-		}
-	}
-	return false
+	return mayHoldResult(doc, depthLimit(0))
 }
 
 // utf16Text decodes b as UTF-16 in one byte order (a byte order mark is
@@ -199,9 +187,9 @@ func utf16Text(b []byte, bigEndian bool) []byte {
 
 // dataMayName reports whether some event-stream reading of text has a
 // data line that may name name. Lines end at CR, LF or CRLF (anyEnd) or
-// at LF alone; a field is data as dataField says. Each name a JSON parser reads in an event's
-// data lies within one data line (JSON allows no line break inside a
-// string), so data lines are looked at one by one.
+// at LF alone; a field is data as dataField says. Each name a JSON parser
+// reads in an event's data lies within one data line (JSON allows no line
+// break inside a string), so data lines are looked at one by one.
 func dataMayName(text []byte, name string, anyEnd bool) bool {
 	for len(text) > 0 {
 		var line []byte

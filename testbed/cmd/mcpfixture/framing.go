@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"time"
 	"unicode/utf16"
 )
@@ -51,12 +49,18 @@ var framings = map[string]framing{
 	"sse-none":     {nil, asEvent},
 }
 
-// framingOf is r's framing, if it asks for one; an unknown one is an
-// error.
-func framingOf(r *http.Request) (*framing, error) {
+// The framings a server sends when no test asks for another.
+var (
+	plainEvents = framing{[]string{"text/event-stream"}, asEvent}
+	plainJSON   = framing{[]string{"application/json"}, asJSON}
+)
+
+// framingOf is r's framing, if it asks for one, or else or; an unknown
+// one is an error.
+func framingOf(r *http.Request, or *framing) (*framing, error) {
 	v := r.Header.Get(FramingHeader)
 	if v == "" {
-		return nil, nil
+		return or, nil
 	}
 	f, ok := framings[v]
 	if !ok {
@@ -95,7 +99,7 @@ func utf16LE(b []byte) []byte {
 // own answer in that framing, and passes every other request to next.
 func framingGate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f, err := framingOf(r)
+		f, err := framingOf(r, nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -113,9 +117,7 @@ func framingGate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		rec := httptest.NewRecorder()
-		next.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context())))
-		answer, err := answerOf(rec)
+		answer, rec, err := sdkAnswer(next, r)
 		if err != nil {
 			http.Error(w, "framing: "+err.Error(), http.StatusInternalServerError)
 			return

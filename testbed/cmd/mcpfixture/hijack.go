@@ -43,29 +43,13 @@ func newHijacker(next http.Handler) *hijacker {
 const hijackWait = 10 * time.Second
 
 func (h *hijacker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	session := r.Header.Get("Mcp-Session-Id")
-	switch {
-	case r.Method == http.MethodGet && session != "":
+	if session := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodGet && session != "" {
 		h.stream(w, r, session)
-		return
-	case r.Method != http.MethodPost || session == "":
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	_, method, ok := peek(w, r)
-	if !ok {
-		return
-	}
-	if !h.first.take(session, method) {
-		h.next.ServeHTTP(w, r)
 		return
 	}
 	// The SDK's own answer, taken whole, for the GET stream.
-	rec := httptest.NewRecorder()
-	h.next.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context())))
-	answer, err := answerOf(rec)
-	if err != nil {
-		http.Error(w, "hijack: "+err.Error(), http.StatusInternalServerError)
+	session, answer, ok := h.first.answer(w, r, h.next)
+	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -110,13 +94,10 @@ func (h *hijacker) stream(w http.ResponseWriter, r *http.Request, session string
 	}()
 	// The stream in a framing a test asks for (FramingHeader), the
 	// listing on it too.
-	f, err := framingOf(r)
+	f, err := framingOf(r, &plainEvents)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
-	}
-	if f == nil {
-		f = &framing{contentType: []string{"text/event-stream"}, encode: asEvent}
 	}
 	f.header(w)
 	w.Header().Set("Cache-Control", "no-cache")

@@ -434,14 +434,14 @@ func misrouteGate(next http.Handler) http.Handler {
 		}
 		pong := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, msg.ID)
 		// In the framing a test asks for, or the plain one.
-		f, err := framingOf(r)
+		f, err := framingOf(r, nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		events := func(msgs ...string) {
 			if f == nil {
-				f = &framing{contentType: []string{"text/event-stream"}, encode: asEvent}
+				f = &plainEvents
 			}
 			f.header(w)
 			for i, m := range msgs {
@@ -465,7 +465,7 @@ func misrouteGate(next http.Handler) http.Handler {
 			events(listing("99"), pong)
 		case how == "json" && r.Method == http.MethodPost:
 			if f == nil {
-				f = &framing{contentType: []string{"application/json"}, encode: asJSON}
+				f = &plainJSON
 			}
 			f.header(w)
 			fmt.Fprintf(w, "[%s,%s]", pong, listing("99"))

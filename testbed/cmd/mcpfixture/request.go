@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 )
 
@@ -51,4 +53,38 @@ func (f *firstLists) take(session, method string) bool {
 	}
 	f.listed[session] = true
 	return true
+}
+
+// answer takes the SDK's own answer to r, whole, when r is a session's
+// first tools/list, for a mode to send elsewhere; next serves every other
+// request. ok is false when r was answered here.
+func (f *firstLists) answer(w http.ResponseWriter, r *http.Request, next http.Handler) (session string, answer []byte, ok bool) {
+	session = r.Header.Get("Mcp-Session-Id")
+	if r.Method != http.MethodPost || session == "" {
+		next.ServeHTTP(w, r)
+		return "", nil, false
+	}
+	_, method, ok := peek(w, r)
+	if !ok {
+		return "", nil, false
+	}
+	if !f.take(session, method) {
+		next.ServeHTTP(w, r)
+		return "", nil, false
+	}
+	answer, _, err := sdkAnswer(next, r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return "", nil, false
+	}
+	return session, answer, true
+}
+
+// sdkAnswer is the SDK's own answer to r, served by next whole: its one
+// JSON-RPC response, and the recording it was taken from.
+func sdkAnswer(next http.Handler, r *http.Request) ([]byte, *httptest.ResponseRecorder, error) {
+	rec := httptest.NewRecorder()
+	next.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context())))
+	answer, err := answerOf(rec)
+	return answer, rec, err
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 )
 
@@ -31,28 +29,12 @@ func newResumer(next http.Handler) *resumer {
 }
 
 func (h *resumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	session := r.Header.Get("Mcp-Session-Id")
-	if r.Method == http.MethodGet && session != "" && r.Header.Get("Last-Event-ID") != "" {
+	if session := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodGet && session != "" && r.Header.Get("Last-Event-ID") != "" {
 		h.resume(w, r, session)
 		return
 	}
-	if r.Method != http.MethodPost || session == "" {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	_, method, ok := peek(w, r)
+	session, answer, ok := h.first.answer(w, r, h.next)
 	if !ok {
-		return
-	}
-	if !h.first.take(session, method) {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	rec := httptest.NewRecorder()
-	h.next.ServeHTTP(rec, r.Clone(context.WithoutCancel(r.Context())))
-	answer, err := answerOf(rec)
-	if err != nil {
-		http.Error(w, "resume: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	h.mu.Lock()
@@ -67,13 +49,10 @@ func (h *resumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // resume answers a GET that resumes session's stream with its listing.
 func (h *resumer) resume(w http.ResponseWriter, r *http.Request, session string) {
-	f, err := framingOf(r)
+	f, err := framingOf(r, &plainEvents)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
-	}
-	if f == nil {
-		f = &framing{contentType: []string{"text/event-stream"}, encode: asEvent}
 	}
 	h.mu.Lock()
 	answer, ok := h.pending[session]
