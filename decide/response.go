@@ -150,6 +150,9 @@ type errorData struct {
 	// Limit, on budget_exhausted and rate_limited, is the budget or rate
 	// limit the call did not fit, and when it will.
 	Limit *deny.LimitInfo `json:"limit,omitempty"`
+	// RetryAt, RFC 3339, is when the same call may pass, where the rule
+	// that denied it knows (outside_schedule).
+	RetryAt string `json:"retry_at,omitempty"`
 }
 
 // MetaKeyDenial is the _meta member of a tool result that denies a call
@@ -256,6 +259,9 @@ func (d *decision) errorData() errorData {
 	}
 	if d.snapshot != nil {
 		data.Epoch = d.snapshot.Epoch
+	}
+	if !d.Denial.RetryAt.IsZero() {
+		data.RetryAt = d.Denial.RetryAt.Format(time.RFC3339)
 	}
 	return data
 }

@@ -95,7 +95,7 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 		return fail
 	}
 	// The snapshot is the call log it keeps (cache.Snapshot.Follows).
-	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Snapshot: snap.Epoch, Log: snap, Counters: s.counters,
+	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Now: d.now, Snapshot: snap.Epoch, Log: snap, Counters: s.counters,
 		Arguments: d.call.Arguments, SchemaDigest: d.SchemaDigest, PolicyDigest: rule.Digest, Effect: rule.Effect, Approvals: s.approvals}
 	for _, t := range rule.Terms {
 		if fail := termFailed(t, call, false); fail != nil {

@@ -11,6 +11,7 @@ package deny
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 )
@@ -214,7 +215,7 @@ var nextSteps = map[string]string{
 	ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
 	ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
 	ReturnToNone:          "Nothing will make this call valid: do not retry it.",
-	ReturnToLater:         "A budget or rate limit of the policy is used up: retry this call no sooner than the seconds in data.limit.retry_after_seconds (the Retry-After header), or plan within what is left.",
+	ReturnToLater:         "The policy allows this call only later: retry it no sooner than data.retry_at, or the seconds in data.limit.retry_after_seconds (the Retry-After header), or plan within what is allowed now.",
 	ReturnToApproval:      "A person must approve this exact call first: show them data.approval.url, and once they approve, send the identical call again (once). Other arguments need another approval.",
 }
 
@@ -233,6 +234,22 @@ type Error struct {
 	// call: the adapters render it as data.approval, or as MCP's URL
 	// elicitation to a client that declared it.
 	Approval *ApprovalInfo
+	// RetryAt, set on a denial whose rule knows when the same call may
+	// pass (a schedule's next window), is that time: the adapters render
+	// it as data.retry_at and, in an HTTP error, the Retry-After header.
+	RetryAt time.Time
+}
+
+// RetryAfter is the Retry-After header's value for e: the whole seconds
+// of its Limit, else its RetryAt as an HTTP-date, else "".
+func (e *Error) RetryAfter() string {
+	if after := e.Limit.RetryAfter(); after != "" {
+		return after
+	}
+	if e.RetryAt.IsZero() {
+		return ""
+	}
+	return e.RetryAt.UTC().Format(http.TimeFormat)
 }
 
 // ApprovalInfo is the approval request an ApprovalRequired denial opened

@@ -327,8 +327,8 @@ func denied(o *decide.Outcome) *authv3.CheckResponse {
 	}
 	headers := overwrite(kv[:n]...)
 	// An HTTP client retries a 429 after Retry-After; in a 200 the
-	// JSON-RPC error's data.limit says when.
-	if after := o.Denial.Limit.RetryAfter(); after != "" && o.Status != 200 {
+	// JSON-RPC error's data.limit or data.retry_at says when.
+	if after := o.Denial.RetryAfter(); after != "" && o.Status != 200 {
 		headers = append(headers, overwrite("retry-after", after)...)
 	}
 	return &authv3.CheckResponse{

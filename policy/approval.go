@@ -3,11 +3,13 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -39,7 +41,136 @@ type ApprovalRule struct {
 // says otherwise.
 const DefaultApprovalTTL = 15 * time.Minute
 
-var _ Term = (*ApprovalRule)(nil)
+var _ Prechecker = (*ApprovalRule)(nil)
+
+func init() { register(approvalKind{}) }
+
+// approvalKind is a tool rule's approval: the call waits for a person. It
+// is used as the call is allowed and cannot be given back, so it runs
+// last, once nothing else can deny the call.
+type approvalKind struct{}
+
+func (approvalKind) Key() string   { return "approval" }
+func (approvalKind) Stage() int    { return 50 }
+func (approvalKind) OnGrant() bool { return false }
+
+func (approvalKind) Compile(s *Site, value *yaml.Node) (Rules, error) {
+	var a *ApprovalRule
+	if err := s.Decode("approval", value, &a); err != nil {
+		return nil, err
+	}
+	c, err := compileApproval(s.At("approval"), a)
+	return approvalRules{c}, err
+}
+
+func (approvalKind) Apply(tool, _ Rules) Applied { return tool.(approvalRules) }
+
+// approvalRules are a tool rule's approval rule, nil when it has none.
+type approvalRules struct{ a *ApprovalRule }
+
+type digestedApproval struct {
+	When        string   `json:"when"`
+	Approvers   []string `json:"approvers"`
+	TTL         string   `json:"ttl"`
+	SelfApprove bool     `json:"self_approve"`
+}
+
+// Digested implements Rules: none leaves the key out.
+func (r approvalRules) Digested() any {
+	if r.a == nil {
+		return nil
+	}
+	return digestedApproval{When: r.a.When, Approvers: slices.Sorted(slices.Values(r.a.Approvers)), TTL: r.a.ttl.String(), SelfApprove: r.a.SelfApprove}
+}
+
+// Reads implements Rules: its when.
+func (r approvalRules) Reads() []Reading {
+	if r.a == nil || r.a.when == nil {
+		return nil
+	}
+	return []Reading{{Field: r.a.field + ".when", expr: r.a.when, Guard: "guard it with has(args.%[1]s)"}}
+}
+
+func (r approvalRules) spans() []string {
+	if r.a == nil {
+		return nil
+	}
+	return []string{"approval: " + r.a.describe()}
+}
+
+// Terms implements Applied.
+func (r approvalRules) Terms() []Term {
+	if r.a == nil {
+		return nil
+	}
+	return []Term{r.a}
+}
+
+// Looser implements Applied: calls held for approval not at all, on
+// another condition (which may hold less often), approved by people old
+// did not name, or by the caller itself, or an approval that lives
+// longer.
+func (r approvalRules) Looser(next Applied) []string {
+	old, n := r.a, next.(approvalRules).a
+	switch {
+	case old == nil:
+		return nil
+	case n == nil:
+		return []string{fmt.Sprintf("approval (%s) removed", old.describe())}
+	}
+	var out []string
+	if n.When != old.When {
+		out = append(out, fmt.Sprintf("approval needed when %q, was %q", n.When, old.When))
+	}
+	for _, who := range n.Approvers {
+		if !slices.Contains(old.Approvers, who) {
+			out = append(out, fmt.Sprintf("approval may now be given by %s", who))
+		}
+	}
+	if n.SelfApprove && !old.SelfApprove {
+		out = append(out, "approval may now be given by the caller itself")
+	}
+	if n.ttl > old.ttl {
+		out = append(out, fmt.Sprintf("an approval now lives %s, was %s", n.ttl, old.ttl))
+	}
+	return out
+}
+
+// Explain implements Applied: whether the call waits for a person.
+func (r approvalRules) Explain(call Call) Explanation {
+	a := r.a
+	if a == nil {
+		return Explanation{Lines: []string{"no approval rule"}}
+	}
+	line := fmt.Sprintf("approval (%s): ", a.describe())
+	waits := Explanation{Lines: []string{line + "this call waits for a person's approval of its exact arguments"}, Unless: "a person approves it"}
+	switch {
+	case a.when == nil:
+		return waits
+	case call.Args == nil:
+		return Explanation{Lines: []string{line + "not evaluated, no arguments given"}, Unless: "a person approves it when " + a.When}
+	}
+	v, err := a.when.eval(call.Input)
+	switch {
+	case err != nil:
+		return Explanation{Lines: []string{fmt.Sprintf("%sits when could not be evaluated (%v), which DENIES THE CALL", line, err)}, Denials: []Denial{{a.field, deny.ConstraintViolation}}}
+	case v != types.True:
+		return Explanation{Lines: []string{line + "this call needs no approval"}}
+	}
+	return waits
+}
+
+// HoldsForApproval reports whether any tool rule holds calls for a
+// person's approval: capsnap must then serve approvals.
+func (p *Policy) HoldsForApproval() bool {
+	i := kindIndex(approvalKind{}.Key())
+	for _, t := range p.tools {
+		if t.rules[i].(approvalRules).a != nil {
+			return true
+		}
+	}
+	return false
+}
 
 func compileApproval(field string, a *ApprovalRule) (*ApprovalRule, error) {
 	if a == nil {
@@ -138,6 +269,19 @@ func (a *ApprovalRule) Check(call Call) error {
 	}
 	return &deny.Error{Reason: deny.ApprovalRequired, Approval: info,
 		Detail: fmt.Sprintf("%s/%s with these exact arguments needs a person's approval (%s): approve it at %s, then send the identical call again", call.Server, call.Tool, a.describe(), info.URL)}
+}
+
+// Precheck implements Prechecker: a call whose when cannot be evaluated
+// is denied, as Check denies it; whether a person approves is not known
+// before the call.
+func (a *ApprovalRule) Precheck(call Call) error {
+	if a.when == nil || call.Args == nil {
+		return nil
+	}
+	if _, err := a.when.eval(call.Input); err != nil {
+		return deny.Errorf(deny.ConstraintViolation, "approval rule %s: when %s could not be evaluated on the call's arguments (%v)", a.field, a.When, err)
+	}
+	return nil
 }
 
 // Records implements Term: the approval is used as the call is allowed,

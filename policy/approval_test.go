@@ -31,7 +31,7 @@ func (f *fakeApprovals) Ask(a Approval) (*deny.ApprovalInfo, error) {
 func TestApprovalRule(t *testing.T) {
 	p := mustParse(t, mustRead(t, "testdata/approval.yaml"))
 	d, err := p.Decide("spiffe://acme/agent/support-refund", "billing", "refund")
-	if err != nil || d.Approval == nil || d.Terms[len(d.Terms)-1] != Term(d.Approval) {
+	if err != nil || approvalOf(d) == nil || d.Terms[len(d.Terms)-1] != Term(approvalOf(d)) {
 		t.Fatalf("decision %+v, %v: want the approval rule last among its terms", d, err)
 	}
 	call := func(amount float64, store Approvals) Call {
@@ -54,7 +54,7 @@ func TestApprovalRule(t *testing.T) {
 		{"the store down", 150, &fakeApprovals{err: errors.New("down")}, "", true, 1, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := d.Approval.Check(call(tt.amount, tt.store))
+			err := approvalOf(d).Check(call(tt.amount, tt.store))
 			de, isDenial := deny.As(err)
 			switch {
 			case tt.want != "" && (!isDenial || de.Reason != tt.want || de.Approval == nil || de.Approval.URL == ""):
@@ -72,7 +72,7 @@ func TestApprovalRule(t *testing.T) {
 			}
 		})
 	}
-	if err := d.Approval.Check(call(150, nil)); err == nil {
+	if err := approvalOf(d).Check(call(150, nil)); err == nil {
 		t.Error("a call held for approval with no approvals store was not refused")
 	}
 }

@@ -34,7 +34,7 @@ func BenchmarkConstraintCheck(b *testing.B) {
 		Args:      jsonArgs(b, `{"order_id": "A-100", "amount": 40, "reason_code": "duplicate_charge"}`),
 		Principal: "spiffe://acme/agent/support-refund", Server: "billing", Tool: "refund",
 	}
-	for _, c := range d.Constraints {
+	for _, c := range constraintsOf(d) {
 		b.Run(c.Name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

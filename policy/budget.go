@@ -2,11 +2,13 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -39,7 +41,132 @@ type Budget struct {
 	c      counter
 }
 
-var _ Reserver = (*Budget)(nil)
+var (
+	_ Reserver   = (*Budget)(nil)
+	_ Prechecker = (*Budget)(nil)
+)
+
+func init() { register(budgetKind{}) }
+
+// budgetKind is budgets: sums over each principal's allowed calls in a
+// window, on a tool rule and on a grant, the tool's first. They record,
+// and can give back, so they run after the rate limits (a call a rate
+// limit denies then never holds budget another call could have had).
+type budgetKind struct{}
+
+func (budgetKind) Key() string   { return "budgets" }
+func (budgetKind) Stage() int    { return 30 }
+func (budgetKind) OnGrant() bool { return true }
+
+func (budgetKind) Compile(s *Site, value *yaml.Node) (Rules, error) {
+	var bs []Budget
+	if err := s.Decode("budgets", value, &bs); err != nil {
+		return nil, err
+	}
+	var out budgets
+	for i, b := range bs {
+		cb, err := compileBudget(fmt.Sprintf("%s[%d]", s.At("budgets"), i), b, s.scope()...)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.count(&cb.c); err != nil {
+			return nil, err
+		}
+		out = append(out, cb)
+	}
+	return out, nil
+}
+
+func (budgetKind) Apply(tool, grant Rules) Applied {
+	return budgets(slices.Concat(tool.(budgets), grant.(budgets)))
+}
+
+// budgets are a site's budgets, or those that apply to a call.
+type budgets []*Budget
+
+// A budget's window is digested as counted, so that 24h and 1440m are one
+// window.
+type digestedBudget struct {
+	Name   string  `json:"name"`
+	Amount string  `json:"amount"`
+	Limit  float64 `json:"limit"`
+	Window string  `json:"window"`
+}
+
+// Digested implements Rules: none leaves the key out.
+func (bs budgets) Digested() any {
+	if len(bs) == 0 {
+		return nil
+	}
+	var out []digestedBudget
+	for _, b := range bs {
+		out = append(out, digestedBudget{Name: b.Name, Amount: b.Amount, Limit: b.Limit, Window: b.c.span.String()})
+	}
+	return out
+}
+
+// Reads implements Rules: each amount.
+func (bs budgets) Reads() []Reading {
+	var out []Reading
+	for _, b := range bs {
+		out = append(out, Reading{Field: b.c.field + ".amount", expr: b.amount, Guard: "write has(args.%[1]s) ? args.%[1]s : 0, or move the budget to the tool"})
+	}
+	return out
+}
+
+func (bs budgets) spans() []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, fmt.Sprintf("budget %q: the sum of %s, at most %s", b.Name, b.Amount, b.c.describe()))
+	}
+	return out
+}
+
+// Terms implements Applied.
+func (bs budgets) Terms() []Term { return termsOf(bs) }
+
+// Looser implements Applied: a budget removed (or renamed: a new name is
+// a new counter, from nothing), its limit raised, its window shortened
+// (the same limit over less time allows more a day), or its amount
+// changed in any way.
+func (bs budgets) Looser(next Applied) []string {
+	return looserLimits(bs, next.(budgets), (*Budget).counts, func(o, n *Budget) []string {
+		if n.Amount != o.Amount {
+			return []string{fmt.Sprintf("budget %q amount changed from %q to %q", o.Name, o.Amount, n.Amount)}
+		}
+		return nil
+	})
+}
+
+// Explain implements Applied: what the call would take of each; whether
+// that fits is the counter's to say.
+func (bs budgets) Explain(call Call) Explanation {
+	var e Explanation
+	switch {
+	case len(bs) == 0:
+		e.Lines = append(e.Lines, "no budgets")
+		return e
+	case call.Args == nil:
+		e.Decides = "budgets"
+	}
+	e.Unless = "its budgets have room"
+	for _, b := range bs {
+		line := fmt.Sprintf("budget %q (%s): the sum of %s, at most %s: ", b.Name, b.c.field, b.Amount, b.c.describe())
+		if call.Args == nil {
+			e.Lines = append(e.Lines, line+"not evaluated, no arguments given")
+			continue
+		}
+		amount, err := b.amountOf(call.Input)
+		if err != nil {
+			de, _ := deny.As(err)
+			e.Lines = append(e.Lines, line+"DENIES THE CALL: "+de.Detail)
+			e.Denials = append(e.Denials, Denial{b.Name, de.Reason})
+			continue
+		}
+		e.Lines = append(e.Lines, line+"this call would take "+units(amount))
+	}
+	return e
+}
 
 func compileBudget(field string, b Budget, scope ...string) (*Budget, error) {
 	if strings.TrimSpace(b.Name) == "" {
@@ -92,6 +219,15 @@ func (b *Budget) Reserve(call Call) (Reservation, error) {
 		return Reservation{}, err
 	}
 	return b.c.reserve(call, amount, deny.BudgetExhausted)
+}
+
+// Precheck implements Prechecker: CheckInput, unless no arguments are
+// known (nil Args).
+func (b *Budget) Precheck(call Call) error {
+	if call.Args == nil {
+		return nil
+	}
+	return b.CheckInput(call.Input)
 }
 
 // CheckInput is what the budget says of a call without its counter: nil

@@ -149,8 +149,8 @@ func TestCounterKeys(t *testing.T) {
 // than the whole limit.
 func TestBudgetAmount(t *testing.T) {
 	p := mustLoad(t, "testdata/limits.yaml")
-	refund := decide(t, p, support, "billing", "refund").Budgets[0]
-	cents := decide(t, p, support, "payments", "refund").Budgets[0]
+	refund := budgetsOf(decide(t, p, support, "billing", "refund"))[0]
+	cents := budgetsOf(decide(t, p, support, "payments", "refund"))[0]
 	tests := []struct {
 		name   string
 		budget *Budget
@@ -213,10 +213,10 @@ func TestLimitDenials(t *testing.T) {
 		want   deny.LimitInfo
 		detail string
 	}{
-		{d.Budgets[0], deny.BudgetExhausted,
+		{budgetsOf(d)[0], deny.BudgetExhausted,
 			deny.LimitInfo{Name: "daily_refunds", Limit: 500, Used: 400, Amount: 200, WindowSeconds: 86400, RetryAfterSeconds: 80640},
 			`budget "daily_refunds" holds 400 of 500 per 24h; this call's 200 would exceed it: retry in 80640s`},
-		{d.RateLimits[0], deny.RateLimited,
+		{rateLimitsOf(d)[0], deny.RateLimited,
 			deny.LimitInfo{Name: "refund_burst", Limit: 10, Used: 9.5, Amount: 1, WindowSeconds: 60, RetryAfterSeconds: 80640},
 			`rate limit "refund_burst" holds 9.5 of 10 per 1m`},
 	}
@@ -238,7 +238,7 @@ func TestLimitsFailClosed(t *testing.T) {
 	down := errors.New("store down")
 	args := jsonArgs(t, `{"amount": 200}`)
 	for _, c := range []Counters{nil, &counters{err: down}} {
-		for _, term := range []Term{d.Budgets[0], d.RateLimits[0]} {
+		for _, term := range []Term{budgetsOf(d)[0], rateLimitsOf(d)[0]} {
 			err := term.Check(Call{Input: Input{Args: args, Principal: support}, Counters: c})
 			if _, denial := deny.As(err); err == nil || denial {
 				t.Errorf("%T with counters %v: %v, want the store's error", term, c, err)

@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/gowebpki/jcs"
+	"go.yaml.in/yaml/v3"
 )
 
 // Compile validates a policy file and builds the policy it describes: every
@@ -43,12 +45,75 @@ func Compile(f File) (*Policy, error) {
 	}
 	slices.Sort(p.prefixLens)
 	slices.Reverse(p.prefixLens)
-	canon, err := canonical(f)
+	w, err := written(f)
+	if err != nil {
+		return nil, err
+	}
+	canon, err := canonical(w)
 	if err != nil {
 		return nil, err
 	}
 	p.digest = digestOf(canon)
 	return p, nil
+}
+
+// omitted reports whether JSON's omitempty would leave v out.
+func omitted(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Slice, reflect.Map, reflect.String:
+		return r.Len() == 0
+	}
+	return r.IsZero()
+}
+
+// written is f as the operator wrote it, as JSON reads it: the rules of
+// every kind included, empty ones left out.
+func written(f File) (any, error) {
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("policy digest: %w", err)
+	}
+	var w struct {
+		Lockfile   string           `json:"lockfile,omitempty"`
+		Tools      []map[string]any `json:"tools"`
+		Principals []struct {
+			ID       string           `json:"id,omitempty"`
+			IDPrefix string           `json:"id_prefix,omitempty"`
+			Grants   []map[string]any `json:"grants"`
+		} `json:"principals"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, fmt.Errorf("policy digest: %w", err)
+	}
+	add := func(m map[string]any, rules map[string]yaml.Node) error {
+		for key, n := range rules {
+			var v any
+			if err := n.Decode(&v); err != nil {
+				return fmt.Errorf("policy digest: %s: %w", key, err)
+			}
+			if !omitted(v) {
+				m[key] = v
+			}
+		}
+		return nil
+	}
+	for i, t := range f.Tools {
+		if err := add(w.Tools[i], t.Rules); err != nil {
+			return nil, err
+		}
+	}
+	for i, pr := range f.Principals {
+		for j, g := range pr.Grants {
+			if err := add(w.Principals[i].Grants[j], g.Rules); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
 }
 
 func (p *Policy) compileTools(rules []ToolRule) error {
@@ -72,84 +137,30 @@ func (p *Policy) compileTools(rules []ToolRule) error {
 		if err != nil {
 			return err
 		}
-		constraints, err := compileConstraints(field+".constraints", t.Constraints)
+		compiled, err := compileRules(&Site{Field: field, Server: t.Server, Tool: t.Tool}, t.Rules)
 		if err != nil {
 			return err
 		}
-		budgets, rateLimits, err := compileLimits(field, t.Budgets, t.RateLimits, false, "tool", t.Server, t.Tool)
-		if err != nil {
-			return err
-		}
-		approval, err := compileApproval(field+".approval", t.Approval)
-		if err != nil {
-			return err
-		}
-		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, constraints: constraints, budgets: budgets, rateLimits: rateLimits, approval: approval}
+		p.tools[k] = &tool{key: k, field: field, effect: effect, capabilities: caps, rules: compiled}
+		p.order = append(p.order, k)
 	}
-	// After refers to other tools, so it is checked once all are known.
-	for i, t := range rules {
-		field := fmt.Sprintf("tools[%d].after", i)
-		ct := p.tools[toolKey{t.Server, t.Tool}]
-		ct.after = []string{}
-		for j, a := range t.After {
-			if a == "" {
-				return fmt.Errorf("%s[%d]: empty tool name", field, j)
+	// A kind whose rules refer to other tools checks them once all are
+	// known.
+	for i, k := range kinds {
+		if l, ok := k.(linker); ok {
+			if err := l.link(p, i); err != nil {
+				return err
 			}
-			if _, ok := p.tools[toolKey{t.Server, a}]; !ok {
-				return fmt.Errorf("%s[%d]: %s/%s is not classified under tools (after names tools of the same server)", field, j, t.Server, a)
-			}
-			if !slices.Contains(ct.after, a) {
-				ct.after = append(ct.after, a)
-			}
-			p.tools[toolKey{t.Server, a}].precedes = true
-		}
-		slices.Sort(ct.after)
-	}
-	return p.checkAfterCycles(rules)
-}
-
-// checkAfterCycles refuses a sequence rule that no call could ever satisfy:
-// a tool that must follow itself, directly or through others.
-func (p *Policy) checkAfterCycles(rules []ToolRule) error {
-	const (
-		unvisited = iota
-		visiting
-		done
-	)
-	state := map[toolKey]int{}
-	var path []string
-	var visit func(k toolKey) []string
-	visit = func(k toolKey) []string {
-		state[k] = visiting
-		path = append(path, k.tool)
-		for _, a := range p.tools[k].after {
-			next := toolKey{k.server, a}
-			switch state[next] {
-			case visiting:
-				start := slices.Index(path, a)
-				return append(slices.Clone(path[start:]), a)
-			case unvisited:
-				if cycle := visit(next); cycle != nil {
-					return cycle
-				}
-			}
-		}
-		path = path[:len(path)-1]
-		state[k] = done
-		return nil
-	}
-	// In file order, so that the same file always reports the same cycle.
-	for i, t := range rules {
-		k := toolKey{t.Server, t.Tool}
-		if state[k] != unvisited {
-			continue
-		}
-		path = path[:0]
-		if cycle := visit(k); cycle != nil {
-			return fmt.Errorf("tools[%d].after: %s: %s is a cycle, so no call could satisfy it", i, t.Server, strings.Join(cycle, " → "))
 		}
 	}
 	return nil
+}
+
+// A linker is a kind whose tool rules refer to other tools (after): it
+// checks and links them, once every tool is compiled, through each tool's
+// rules of its kind (tool.rules[i]).
+type linker interface {
+	link(p *Policy, i int) error
 }
 
 func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRule, error) {
@@ -174,8 +185,10 @@ func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRul
 	// grant that could decide the same tool is an error, not a merge.
 	named := map[toolKey]*grant{}
 	wildcard := map[string]*grant{}
+	// Grants of one rule share a budget's or rate limit's counter by name.
+	shared := map[string]*counter{}
 	for j, g := range pr.Grants {
-		cg, err := p.compileGrant(fmt.Sprintf("%s.grants[%d]", field, j), g)
+		cg, err := p.compileGrant(fmt.Sprintf("%s.grants[%d]", field, j), g, shared)
 		if err != nil {
 			return nil, err
 		}
@@ -194,9 +207,6 @@ func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRul
 			}
 			named[k] = cg
 		}
-	}
-	if err := checkSharedCounters(r.grants); err != nil {
-		return nil, err
 	}
 	for k, t := range p.tools {
 		g, via := named[k], k.tool
@@ -221,7 +231,7 @@ func (p *Policy) compilePrincipal(field string, pr PrincipalRule) (*principalRul
 	return r, nil
 }
 
-func (p *Policy) compileGrant(field string, g Grant) (*grant, error) {
+func (p *Policy) compileGrant(field string, g Grant, shared map[string]*counter) (*grant, error) {
 	if g.Server == "" {
 		return nil, fmt.Errorf("%s.server: required", field)
 	}
@@ -258,83 +268,10 @@ func (p *Policy) compileGrant(field string, g Grant) (*grant, error) {
 	if cg.capabilities, err = tagSet(field+".capabilities", g.Capabilities); err != nil {
 		return nil, err
 	}
-	if cg.constraints, err = compileConstraints(field+".constraints", g.Constraints); err != nil {
-		return nil, err
-	}
-	if cg.budgets, cg.rateLimits, err = compileLimits(field, g.Budgets, g.RateLimits, true, "grant"); err != nil {
+	if cg.rules, err = compileRules(&Site{Field: field, Server: g.Server, Grant: true, shared: shared}, g.Rules); err != nil {
 		return nil, err
 	}
 	return cg, nil
-}
-
-// compileLimits compiles the budgets and rate limits of a tool rule or (if
-// onGrant) a grant at field, whose counters are scoped by scope. Their
-// names are unique among them: a denial names one.
-func compileLimits(field string, bs []Budget, rs []RateLimit, onGrant bool, scope ...string) ([]*Budget, []*RateLimit, error) {
-	seen := map[string]string{}
-	name := func(f, n string) error {
-		if prev, dup := seen[n]; dup {
-			return fmt.Errorf("%s.name: %q is already the name of %s", f, n, prev)
-		}
-		seen[n] = f
-		return nil
-	}
-	var budgets []*Budget
-	for i, b := range bs {
-		f := fmt.Sprintf("%s.budgets[%d]", field, i)
-		cb, err := compileBudget(f, b, scope...)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := name(f, b.Name); err != nil {
-			return nil, nil, err
-		}
-		budgets = append(budgets, cb)
-	}
-	var rateLimits []*RateLimit
-	for i, r := range rs {
-		f := fmt.Sprintf("%s.rate_limits[%d]", field, i)
-		cr, err := compileRateLimit(f, r, onGrant, scope...)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := name(f, r.Name); err != nil {
-			return nil, nil, err
-		}
-		rateLimits = append(rateLimits, cr)
-	}
-	return budgets, rateLimits, nil
-}
-
-// checkSharedCounters refuses two grants of one principal rule whose
-// budgets or rate limits of one name (one counter per principal) count
-// differently: which limit would hold?
-func checkSharedCounters(grants []*grant) error {
-	seen := map[string]*counter{}
-	check := func(c *counter, per string) error {
-		prev, ok := seen[c.name]
-		if !ok {
-			seen[c.name] = c
-			return nil
-		}
-		if prev.kind != c.kind || prev.limit != c.limit || prev.span != c.span || prev.perTool != c.perTool {
-			return fmt.Errorf("%s: %q is also the name of %s, which counts otherwise; grants of one rule share a counter by name, so give both the same kind, limit, window%s, or different names", c.field, c.name, prev.field, per)
-		}
-		return nil
-	}
-	for _, g := range grants {
-		for _, b := range g.budgets {
-			if err := check(&b.c, ""); err != nil {
-				return err
-			}
-		}
-		for _, r := range g.rateLimits {
-			if err := check(&r.c, " and per"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // decideTool works out what rule says about t given the grant that decides
@@ -357,37 +294,11 @@ func decideTool(rule string, t *tool, g *grant, via string) (*outcome, error) {
 		return nil, err
 	}
 	o.granted = true
-	o.decision = Decision{
-		Effect:       t.effect,
-		Digest:       digest,
-		Rule:         rule,
-		Constraints:  slices.Concat(t.constraints, g.constraints),
-		After:        t.after,
-		Precedes:     t.precedes,
-		Capabilities: t.capabilities,
-		RateLimits:   slices.Concat(t.rateLimits, g.rateLimits),
-		Budgets:      slices.Concat(t.budgets, g.budgets),
-	}
-	for _, c := range o.decision.Constraints {
-		o.decision.Terms = append(o.decision.Terms, c)
-	}
-	// A rate limit before a budget: a call it denies then never holds
-	// budget another call could have had, even for the moment before
-	// it is given back.
-	for _, r := range o.decision.RateLimits {
-		o.decision.Terms = append(o.decision.Terms, r)
-	}
-	for _, b := range o.decision.Budgets {
-		o.decision.Terms = append(o.decision.Terms, b)
-	}
-	if s := sequenceOf(t); s != nil {
-		o.decision.Terms = append(o.decision.Terms, s)
-	}
-	// Last: a person's approval is used only once nothing else can deny
-	// the call, and cannot be given back.
-	if t.approval != nil {
-		o.decision.Approval = t.approval
-		o.decision.Terms = append(o.decision.Terms, t.approval)
+	o.decision = Decision{Effect: t.effect, Digest: digest, Rule: rule, Capabilities: t.capabilities}
+	for i, k := range kinds {
+		a := k.Apply(t.rules[i], g.rules[i])
+		o.decision.applied = append(o.decision.applied, a)
+		o.decision.Terms = append(o.decision.Terms, a.Terms()...)
 	}
 	return o, nil
 }
@@ -418,113 +329,31 @@ func tagSet(field string, tags []string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// The digested form of the rules behind one decision. Field names are
-// part of every pinned digest: changing them drift-denies every snapshot.
-type (
-	digestedConstraint struct {
-		Name    string `json:"name"`
-		Expr    string `json:"expr"`
-		Message string `json:"message"`
-	}
-	// A budget's and a rate limit's window is digested as counted, so
-	// that 24h and 1440m are one window.
-	digestedBudget struct {
-		Name   string  `json:"name"`
-		Amount string  `json:"amount"`
-		Limit  float64 `json:"limit"`
-		Window string  `json:"window"`
-	}
-	digestedRateLimit struct {
-		Name   string  `json:"name"`
-		Limit  float64 `json:"limit"`
-		Window string  `json:"window"`
-		Per    string  `json:"per"`
-	}
-	// Budgets and rate limits are omitted when there are none, so that a
-	// policy without them keeps the digests it had before they existed.
-	digestedTool struct {
-		Server       string               `json:"server"`
-		Tool         string               `json:"tool"`
-		Effect       string               `json:"effect"`
-		Capabilities []string             `json:"capabilities"`
-		After        []string             `json:"after"`
-		Constraints  []digestedConstraint `json:"constraints"`
-		Budgets      []digestedBudget     `json:"budgets,omitempty"`
-		RateLimits   []digestedRateLimit  `json:"rate_limits,omitempty"`
-		Approval     *digestedApproval    `json:"approval,omitempty"`
-	}
-	digestedApproval struct {
-		When        string   `json:"when"`
-		Approvers   []string `json:"approvers"`
-		TTL         string   `json:"ttl"`
-		SelfApprove bool     `json:"self_approve"`
-	}
-	digestedGrant struct {
-		Rule         string               `json:"rule"`
-		Server       string               `json:"server"`
-		Tool         string               `json:"tool"`
-		MaxEffect    string               `json:"max_effect"`
-		Capabilities []string             `json:"capabilities"`
-		Constraints  []digestedConstraint `json:"constraints"`
-		Budgets      []digestedBudget     `json:"budgets,omitempty"`
-		RateLimits   []digestedRateLimit  `json:"rate_limits,omitempty"`
-	}
-)
-
-func digestedBudgets(bs []*Budget) []digestedBudget {
-	var out []digestedBudget
-	for _, b := range bs {
-		out = append(out, digestedBudget{Name: b.Name, Amount: b.Amount, Limit: b.Limit, Window: b.c.span.String()})
-	}
-	return out
-}
-
-func digestedRateLimits(rs []*RateLimit) []digestedRateLimit {
-	var out []digestedRateLimit
-	for _, r := range rs {
-		out = append(out, digestedRateLimit{Name: r.Name, Limit: r.Limit, Window: r.c.span.String(), Per: r.Per})
-	}
-	return out
-}
-
-func digestedApprovalOf(a *ApprovalRule) *digestedApproval {
-	if a == nil {
-		return nil
-	}
-	return &digestedApproval{When: a.When, Approvers: slices.Sorted(slices.Values(a.Approvers)), TTL: a.ttl.String(), SelfApprove: a.SelfApprove}
-}
-
-func digestedConstraints(cs []*Constraint) []digestedConstraint {
-	out := make([]digestedConstraint, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, digestedConstraint{Name: c.Name, Expr: c.Expr, Message: c.Message})
-	}
-	return out
-}
-
 // decisionDigest is the digest of exactly the rules that decide (rule, t):
-// nothing about other tools, other grants or rule order enters it.
+// nothing about other tools, other grants or rule order enters it. Its
+// names are part of every pinned digest: changing them drift-denies every
+// snapshot.
 func decisionDigest(rule string, t *tool, g *grant, via string) (string, error) {
 	maxEffect := ""
 	if g.maxEffect != 0 {
 		maxEffect = g.maxEffect.String()
 	}
-	canon, err := canonical(struct {
-		Tool  digestedTool  `json:"tool"`
-		Grant digestedGrant `json:"grant"`
-	}{
-		Tool: digestedTool{
-			Server: t.key.server, Tool: t.key.tool, Effect: t.effect.String(),
-			Capabilities: t.capabilities, After: t.after, Constraints: digestedConstraints(t.constraints),
-			Budgets: digestedBudgets(t.budgets), RateLimits: digestedRateLimits(t.rateLimits),
-			Approval: digestedApprovalOf(t.approval),
-		},
-		Grant: digestedGrant{
-			Rule: rule, Server: g.server, Tool: via, MaxEffect: maxEffect,
-			Capabilities: g.capabilities, Constraints: digestedConstraints(g.constraints),
-			Budgets: digestedBudgets(g.budgets), RateLimits: digestedRateLimits(g.rateLimits),
-		},
-	})
+	tool := map[string]any{"server": t.key.server, "tool": t.key.tool, "effect": t.effect.String(), "capabilities": t.capabilities}
+	grant := map[string]any{"rule": rule, "server": g.server, "tool": via, "max_effect": maxEffect, "capabilities": g.capabilities}
+	for i, k := range kinds {
+		for _, at := range []struct {
+			m     map[string]any
+			rules Rules
+		}{{tool, t.rules[i]}, {grant, g.rules[i]}} {
+			if at.rules == nil {
+				continue
+			}
+			if v := at.rules.Digested(); v != nil {
+				at.m[k.Key()] = v
+			}
+		}
+	}
+	canon, err := canonical(map[string]any{"tool": tool, "grant": grant})
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -100,6 +101,120 @@ func (a jsonAdapter) NativeToValue(v any) ref.Val {
 		return types.NewDynamicList(a, v)
 	}
 	return types.DefaultTypeAdapter.NativeToValue(v)
+}
+
+func init() { register(constraintKind{}) }
+
+// constraintKind is constraints: CEL over the call that must hold, on a
+// tool rule and on a grant, the tool's first. They only read the call, so
+// they run first of all.
+type constraintKind struct{}
+
+func (constraintKind) Key() string   { return "constraints" }
+func (constraintKind) Stage() int    { return 10 }
+func (constraintKind) OnGrant() bool { return true }
+
+func (constraintKind) Compile(s *Site, value *yaml.Node) (Rules, error) {
+	var cs []Constraint
+	if err := s.Decode("constraints", value, &cs); err != nil {
+		return nil, err
+	}
+	compiled, err := compileConstraints(s.At("constraints"), cs)
+	return constraints(compiled), err
+}
+
+func (constraintKind) Apply(tool, grant Rules) Applied {
+	return constraints(slices.Concat(tool.(constraints), grant.(constraints)))
+}
+
+// constraints are a site's constraints, or those that apply to a call.
+type constraints []*Constraint
+
+type digestedConstraint struct {
+	Name    string `json:"name"`
+	Expr    string `json:"expr"`
+	Message string `json:"message"`
+}
+
+// Digested implements Rules: always a list, so that "none" is spelt one
+// way.
+func (cs constraints) Digested() any {
+	out := make([]digestedConstraint, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, digestedConstraint{Name: c.Name, Expr: c.Expr, Message: c.Message})
+	}
+	return out
+}
+
+// Reads implements Rules.
+func (cs constraints) Reads() []Reading {
+	var out []Reading
+	for _, c := range cs {
+		out = append(out, Reading{Field: c.field + ".expr", expr: c.expr, Guard: "guard it with has(args.%[1]s), or move it to the tool"})
+	}
+	return out
+}
+
+// Terms implements Applied.
+func (cs constraints) Terms() []Term { return termsOf(cs) }
+
+// Looser implements Applied: a constraint removed or changed in any way
+// (whether "<= 300" is looser than "<= 250" is not decided by reading
+// CEL).
+func (cs constraints) Looser(next Applied) []string {
+	n := next.(constraints)
+	var out []string
+	for _, c := range cs {
+		if slices.ContainsFunc(n, c.same) {
+			continue
+		}
+		i := slices.IndexFunc(n, func(x *Constraint) bool { return x.Name == c.Name })
+		switch {
+		case i < 0:
+			out = append(out, fmt.Sprintf("constraint %q (%s) removed", c.Name, c.Expr))
+		case n[i].Expr != c.Expr:
+			out = append(out, fmt.Sprintf("constraint %q changed from %q to %q", c.Name, c.Expr, n[i].Expr))
+		default:
+			out = append(out, fmt.Sprintf("constraint %q message changed from %q to %q", c.Name, c.Message, n[i].Message))
+		}
+	}
+	return out
+}
+
+func (c *Constraint) same(o *Constraint) bool {
+	return c.Name == o.Name && c.Expr == o.Expr && c.Message == o.Message
+}
+
+// Explain implements Applied: whether each holds for the call.
+func (cs constraints) Explain(call Call) Explanation {
+	var e Explanation
+	if len(cs) == 0 {
+		e.Lines = append(e.Lines, "no constraints")
+	} else if call.Args == nil {
+		e.Decides = "constraints"
+	}
+	for _, c := range cs {
+		line := fmt.Sprintf("constraint %q (%s): %s: ", c.Name, c.field, c.Expr)
+		message := ""
+		if c.Message != "" {
+			message = ": " + c.Message
+		}
+		if call.Args == nil {
+			e.Lines = append(e.Lines, line+"not evaluated, no arguments given")
+			continue
+		}
+		switch holds, err := c.eval(call.Input); {
+		case err != nil:
+			e.Lines = append(e.Lines, fmt.Sprintf("%sDOES NOT HOLD, its evaluation failed (%v)%s", line, err, message))
+			e.Denials = append(e.Denials, Denial{c.Name, deny.ConstraintViolation})
+		case !holds:
+			e.Lines = append(e.Lines, line+"DOES NOT HOLD"+message)
+			e.Denials = append(e.Denials, Denial{c.Name, deny.ConstraintViolation})
+		default:
+			e.Lines = append(e.Lines, line+"holds")
+		}
+	}
+	return e
 }
 
 func compileConstraints(field string, cs []Constraint) ([]*Constraint, error) {
@@ -224,10 +339,19 @@ func isArgs(e celast.Expr) bool {
 	return e.Kind() == celast.IdentKind && e.AsIdent() == "args"
 }
 
-var _ Term = (*Constraint)(nil)
+var _ Prechecker = (*Constraint)(nil)
 
 // Check implements Term: CheckInput over the call.
 func (c *Constraint) Check(call Call) error { return c.CheckInput(call.Input) }
+
+// Precheck implements Prechecker: a constraint reads only the call. With
+// no arguments known (nil Args) it is not evaluated.
+func (c *Constraint) Precheck(call Call) error {
+	if call.Args == nil {
+		return nil
+	}
+	return c.CheckInput(call.Input)
+}
 
 // Records implements Term: a constraint reads only the call.
 func (*Constraint) Records() bool { return false }

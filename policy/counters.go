@@ -224,6 +224,41 @@ func newCounter(kind, field, name string, limit int64, window string, scope ...s
 	return c, nil
 }
 
+// scope is what a counter of a rule at s is scoped by: the tool of a tool
+// rule, or a grant.
+func (s *Site) scope() []string {
+	if s.Grant {
+		return []string{"grant"}
+	}
+	return []string{"tool", s.Server, s.Tool}
+}
+
+// count claims c's name at s: a denial names one budget or rate limit, so
+// a name is unique among a site's, and the grants of one principal rule
+// share a counter by name, so theirs must count alike.
+func (s *Site) count(c *counter) error {
+	if prev, dup := s.counters[c.name]; dup {
+		return fmt.Errorf("%s.name: %q is already the name of %s", c.field, c.name, prev)
+	}
+	s.counters[c.name] = c.field
+	if s.shared == nil {
+		return nil
+	}
+	prev, ok := s.shared[c.name]
+	if !ok {
+		s.shared[c.name] = c
+		return nil
+	}
+	if prev.kind != c.kind || prev.limit != c.limit || prev.span != c.span || prev.perTool != c.perTool {
+		per := ""
+		if c.kind == KindRateLimit {
+			per = " and per"
+		}
+		return fmt.Errorf("%s: %q is also the name of %s, which counts otherwise; grants of one rule share a counter by name, so give both the same kind, limit, window%s, or different names", c.field, c.name, prev.field, per)
+	}
+	return nil
+}
+
 // same reports whether o is c's counter, if perhaps with other terms: of
 // the same kind, name, and tool rule or grant.
 func (c *counter) same(o *counter) bool {

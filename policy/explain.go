@@ -3,18 +3,20 @@ package policy
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/capsnap/capsnap/deny"
 )
 
 // Explain says, in lines a person reads, how the policy decides principal
-// calling tool on server: the principal rule that applies, the tool's effect
-// class, whether and by which grant it is granted or why not, each
-// constraint and whether it holds for args, each rate limit and budget and
-// what the call would take, the sequence rules and the decision digest.
-// With nil args the constraints and budgets are listed, not evaluated; no
-// counter is read, so whether a limit has room is left to the call.
-func (p *Policy) Explain(principal, server, toolName string, args map[string]any) []string {
+// calling tool on server with args at time at: the principal rule that
+// applies, the tool's effect class, whether and by which grant it is
+// granted or why not, then each kind's rules (Applied.Explain: each
+// constraint and whether it holds, each rate limit and budget and what the
+// call would take, ...) and the decision digest. With nil args what reads
+// the arguments is listed, not evaluated; no counter or log is read, so
+// whether a limit has room is left to the call.
+func (p *Policy) Explain(principal, server, toolName string, args map[string]any, at time.Time) []string {
 	k := toolKey{server, toolName}
 	var out []string
 	r := p.match(principal)
@@ -41,80 +43,55 @@ func (p *Policy) Explain(principal, server, toolName string, args map[string]any
 	}
 	out = append(out, "granted by "+o.grant.describe(k.tool))
 
-	var failed []string
-	if len(o.decision.Constraints) == 0 {
-		out = append(out, "no constraints")
-	}
-	in := Input{Args: args, Principal: principal, Server: server, Tool: toolName}
-	for _, c := range o.decision.Constraints {
-		line := fmt.Sprintf("constraint %q (%s): %s: ", c.Name, c.field, c.Expr)
-		message := ""
-		if c.Message != "" {
-			message = ": " + c.Message
+	call := Call{Input: Input{Args: args, Principal: principal, Server: server, Tool: toolName}, Now: at}
+	var denials []Denial
+	var unless, decides []string
+	for _, a := range o.decision.applied {
+		e := a.Explain(call)
+		out = append(out, e.Lines...)
+		denials = append(denials, e.Denials...)
+		if e.Unless != "" {
+			unless = append(unless, e.Unless)
 		}
-		if args == nil {
-			out = append(out, line+"not evaluated, no arguments given")
-			continue
+		if e.Decides != "" {
+			decides = append(decides, e.Decides)
 		}
-		switch holds, err := c.eval(in); {
-		case err != nil:
-			out = append(out, fmt.Sprintf("%sDOES NOT HOLD, its evaluation failed (%v)%s", line, err, message))
-			failed = append(failed, c.Name)
-		case !holds:
-			out = append(out, line+"DOES NOT HOLD"+message)
-			failed = append(failed, c.Name)
-		default:
-			out = append(out, line+"holds")
-		}
-	}
-	limited := len(o.decision.RateLimits)+len(o.decision.Budgets) > 0
-	if !limited {
-		out = append(out, "no budgets or rate limits")
-	}
-	for _, r := range o.decision.RateLimits {
-		out = append(out, fmt.Sprintf("rate limit %q (%s): at most %s", r.Name, r.c.field, r.c.describe()))
-	}
-	for _, b := range o.decision.Budgets {
-		line := fmt.Sprintf("budget %q (%s): the sum of %s, at most %s: ", b.Name, b.c.field, b.Amount, b.c.describe())
-		if args == nil {
-			out = append(out, line+"not evaluated, no arguments given")
-			continue
-		}
-		amount, err := b.amountOf(in)
-		if err != nil {
-			de, _ := deny.As(err)
-			out = append(out, line+"DENIES THE CALL: "+de.Detail)
-			failed = append(failed, b.Name)
-			continue
-		}
-		out = append(out, line+"this call would take "+units(amount))
-	}
-	if len(o.decision.After) == 0 {
-		out = append(out, "no sequence rule")
-	} else {
-		out = append(out, fmt.Sprintf("after: only once %s has been called, and allowed, under the same snapshot", strings.Join(o.decision.After, ", ")))
 	}
 	out = append(out, "decision digest "+o.decision.Digest)
-	var unless []string
-	if limited {
-		unless = append(unless, "its budgets and rate limits have room")
-	}
-	if len(o.decision.After) > 0 {
-		unless = append(unless, "the sequence rule is met")
-	}
 	switch {
-	case len(failed) > 0:
-		out = append(out, fmt.Sprintf("denied (%s): %s", deny.ConstraintViolation, strings.Join(failed, ", ")))
-	case args == nil && len(o.decision.Budgets) > 0:
-		out = append(out, "granted; its constraints and budgets decide each call")
-	case args == nil && len(o.decision.Constraints) > 0:
-		out = append(out, "granted; its constraints decide each call")
+	case len(denials) > 0:
+		out = append(out, "denied "+denialList(denials))
+	case len(decides) > 0:
+		out = append(out, "granted; its "+list(decides)+" decide each call")
 	case len(unless) > 0:
-		out = append(out, "allowed, if "+strings.Join(unless, " and "))
+		out = append(out, "allowed, if "+list(unless))
 	default:
 		out = append(out, "allowed")
 	}
 	return out
+}
+
+// denialList says which rules deny, grouped by reason in order:
+// "(constraint_violation): usd_cap, reason_allowlist".
+func denialList(ds []Denial) string {
+	var groups []string
+	var rules []string
+	for i, d := range ds {
+		rules = append(rules, d.Rule)
+		if i == len(ds)-1 || ds[i+1].Reason != d.Reason {
+			groups = append(groups, fmt.Sprintf("(%s): %s", d.Reason, strings.Join(rules, ", ")))
+			rules = nil
+		}
+	}
+	return strings.Join(groups, "; ")
+}
+
+// list joins items as a sentence does: "a, b and c".
+func list(items []string) string {
+	if len(items) == 1 {
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // describe says what a grant grants, as it applies to tool.

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestExplain(t *testing.T) {
@@ -57,10 +58,10 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			inOrder(t, p.Explain(tt.principal, tt.server, tt.tool, tt.args), tt.want)
+			inOrder(t, p.Explain(tt.principal, tt.server, tt.tool, tt.args, time.Time{}), tt.want)
 		})
 	}
-	ceiling := mustLoad(t, "testdata/decide.yaml").Explain("spiffe://acme/agent/triage", "billing", "refund", nil)
+	ceiling := mustLoad(t, "testdata/decide.yaml").Explain("spiffe://acme/agent/triage", "billing", "refund", nil, time.Time{})
 	if last := ceiling[len(ceiling)-1]; last != "denied (tool_not_granted): it is money_move, above its grant's max_effect write (principals[1].grants[0])" {
 		t.Errorf("ceiling denial explained as %q", last)
 	}
@@ -83,7 +84,7 @@ func TestExplainLimits(t *testing.T) {
 			`budget "money_out" (principals[0].grants[0].budgets[0]): the sum of has(args.amount) ? args.amount : 0, at most 2000 per 24h, per principal, on the grant: this call would take 200`,
 			"after: only once lookup_order has been called, and allowed, under the same snapshot",
 			"decision digest " + d.Digest,
-			"allowed, if its budgets and rate limits have room and the sequence rule is met",
+			"allowed, if its rate limits have room, its budgets have room and the sequence rule is met",
 		}},
 		{"more than the budget", map[string]any{"amount": 600.0}, []string{
 			`budget "daily_refunds" (tools[0].budgets[0]): the sum of args.amount, at most 500 per 24h, per principal, on the tool: DENIES THE CALL: budget "daily_refunds" allows 500 per 24h; this call's 600 is more than all of it, so no window can hold it`,
@@ -96,14 +97,14 @@ func TestExplainLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			inOrder(t, p.Explain(support, "billing", "refund", tt.args), tt.want)
+			inOrder(t, p.Explain(support, "billing", "refund", tt.args, time.Time{}), tt.want)
 		})
 	}
-	inOrder(t, p.Explain("spiffe://acme/agent/other", "billing", "lookup_order", nil), []string{
+	inOrder(t, p.Explain("spiffe://acme/agent/other", "billing", "lookup_order", nil, time.Time{}), []string{
 		`rate limit "per_tool" (principals[1].grants[0].rate_limits[0]): at most 5 calls per 10s, per principal and tool, on the grant`,
-		"allowed, if its budgets and rate limits have room",
+		"allowed, if its rate limits have room",
 	})
-	inOrder(t, mustLoad(t, "testdata/seed.yaml").Explain(support, "billing", "lookup_order", nil), []string{"no budgets or rate limits", "allowed"})
+	inOrder(t, mustLoad(t, "testdata/seed.yaml").Explain(support, "billing", "lookup_order", nil, time.Time{}), []string{"no rate limits", "no budgets", "no approval rule", "allowed"})
 }
 
 // inOrder fails t unless each of want is a line of got, in this order.
@@ -116,5 +117,36 @@ func inOrder(t *testing.T, got, want []string) {
 			t.Fatalf("no line %q (in order) in:\n%s", w, strings.Join(got, "\n"))
 		}
 		at += i + 1
+	}
+}
+
+// An approval rule says whether the call waits for a person, and the
+// verdict says so: it is no denial, and no plain "allowed" either.
+func TestExplainApproval(t *testing.T) {
+	p := mustLoad(t, "testdata/approval.yaml")
+	const rule = `approval (tools[0].approval when args.amount > 100, approvers alice@acme.example, group:oncall): `
+	tests := []struct {
+		name string
+		args map[string]any
+		want []string
+	}{
+		{"held", map[string]any{"amount": 150.0}, []string{
+			rule + "this call waits for a person's approval of its exact arguments",
+			"allowed, if a person approves it",
+		}},
+		{"not held", map[string]any{"amount": 50.0}, []string{rule + "this call needs no approval", "allowed"}},
+		{"when fails", map[string]any{}, []string{
+			rule + "its when could not be evaluated (no such key: amount), which DENIES THE CALL",
+			"denied (constraint_violation): tools[0].approval",
+		}},
+		{"no arguments", nil, []string{
+			rule + "not evaluated, no arguments given",
+			"allowed, if a person approves it when args.amount > 100",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inOrder(t, p.Explain(support, "billing", "refund", tt.args, time.Time{}), tt.want)
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParse holds Parse to never panicking, and every policy it accepts to
@@ -64,14 +65,14 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("Decide(%q, %s) digest %q", who, k, d.Digest)
 				}
 				in := Input{Args: map[string]any{"amount": 1.0}, Principal: who, Server: k.server, Tool: k.tool}
-				for _, c := range d.Constraints {
+				for _, c := range constraintsOf(d) {
 					// Must fail closed or hold, never panic.
 					_ = c.CheckInput(in)
 				}
-				for _, b := range d.Budgets {
+				for _, b := range budgetsOf(d) {
 					_ = b.CheckInput(in)
 				}
-				p.Explain(who, k.server, k.tool, map[string]any{})
+				p.Explain(who, k.server, k.tool, map[string]any{}, time.Time{})
 			}
 		}
 	})

@@ -14,8 +14,8 @@ import (
 // rule with no grants, a named tool its own grant does not grant, a
 // max_effect that excludes everything its grant names, a "*" that decides
 // no tool, a capability no tool exercises, a tool granted without the tool
-// it must follow, and a grant constraint or budget amount that reads an
-// argument while applying to several tools (a call to one without that
+// it must follow, and a grant's rule that reads an argument (a
+// constraint, a budget's amount) while applying to several tools (a call to one without that
 // argument is denied). Whether the tools have the arguments the policy
 // reads is LintArguments', which needs their input schemas.
 func Lint(p *Policy) []string {
@@ -33,9 +33,15 @@ func Lint(p *Policy) []string {
 				continue
 			}
 			granted[k] = true
-			for _, a := range o.decision.After {
-				if !r.outcomes[toolKey{k.server, a}].granted {
-					out = append(out, fmt.Sprintf("%s: grants %s but not %s/%s, which must be called first, so %s can never be called", r.field, k, k.server, a, k.tool))
+			for _, a := range o.decision.applied {
+				n, ok := a.(needing)
+				if !ok {
+					continue
+				}
+				for _, first := range n.needs() {
+					if !r.outcomes[toolKey{k.server, first}].granted {
+						out = append(out, fmt.Sprintf("%s: grants %s but not %s/%s, which must be called first, so %s can never be called", r.field, k, k.server, first, k.tool))
+					}
 				}
 			}
 		}
@@ -95,14 +101,9 @@ func (p *Policy) lintGrant(r *principalRule, g *grant) []string {
 		for i, k := range decided {
 			names[i] = k.tool
 		}
-		for _, c := range g.constraints {
-			for _, f := range c.expr.read {
-				out = append(out, fmt.Sprintf("%s: reads args.%s but applies to each of %s; a call without %s is denied (guard it with has(args.%s), or move it to the tool)", c.field, f, strings.Join(names, ", "), f, f))
-			}
-		}
-		for _, b := range g.budgets {
-			for _, f := range b.amount.read {
-				out = append(out, fmt.Sprintf("%s.amount: reads args.%s but applies to each of %s; a call without %s is denied (write has(args.%s) ? args.%s : 0, or move the budget to the tool)", b.c.field, f, strings.Join(names, ", "), f, f, f))
+		for _, rd := range reads(g.rules) {
+			for _, f := range rd.expr.read {
+				out = append(out, fmt.Sprintf("%s: reads args.%s but applies to each of %s; a call without %s is denied (%s)", rd.Field, f, strings.Join(names, ", "), f, fmt.Sprintf(rd.Guard, f)))
 			}
 		}
 	}
@@ -184,12 +185,8 @@ func LintArguments(p *Policy, schemas InputSchemas) []string {
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(p.tools), compareKeys) {
-		t := p.tools[k]
-		for _, c := range t.constraints {
-			check(c.field+".expr", c.expr, []toolKey{k})
-		}
-		for _, b := range t.budgets {
-			check(b.c.field+".amount", b.amount, []toolKey{k})
+		for _, rd := range reads(p.tools[k].rules) {
+			check(rd.Field, rd.expr, []toolKey{k})
 		}
 	}
 	for _, r := range p.rules() {
@@ -204,17 +201,29 @@ func LintArguments(p *Policy, schemas InputSchemas) []string {
 			if len(granted) == 0 {
 				continue
 			}
-			for _, c := range g.constraints {
-				check(c.field+".expr", c.expr, granted)
-			}
-			for _, b := range g.budgets {
-				check(b.c.field+".amount", b.amount, granted)
+			for _, rd := range reads(g.rules) {
+				check(rd.Field, rd.expr, granted)
 			}
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// reads are what a site's rules of every kind read of the call.
+func reads(rules []Rules) []Reading {
+	var out []Reading
+	for _, r := range rules {
+		if r != nil {
+			out = append(out, r.Reads()...)
+		}
+	}
+	return out
+}
+
+// needing is what a kind's rules say about a call when they need other
+// tools of its server granted too: after's, the tools called first.
+type needing interface{ needs() []string }
 
 // objectSchema is what properties reads of an input schema.
 type objectSchema struct {

@@ -43,7 +43,7 @@ principals:
 		"principals[1].grants: id:b grants nothing (fine if it is meant to deny every principal it matches)",
 		"principals[2].grants[0].max_effect: read excludes every tool the grant names",
 		"principals[2].grants[1].capabilities: no tool of billing exercises payments.lage",
-		"principals[2].grants[1].constraints[0]: reads args.amount but applies to each of lookup_order, purge, refund; a call without amount is denied (guard it with has(args.amount), or move it to the tool)",
+		"principals[2].grants[1].constraints[0].expr: reads args.amount but applies to each of lookup_order, purge, refund; a call without amount is denied (guard it with has(args.amount), or move it to the tool)",
 		"principals[2].grants[1].budgets[0].amount: reads args.amount but applies to each of lookup_order, purge, refund; a call without amount is denied (write has(args.amount) ? args.amount : 0, or move the budget to the tool)",
 		`principals[3].grants[0].tools: "*" decides no tool: no tool of files is classified, or another grant names each one`,
 		"principals[3].grants[1].tools: names tools it does not grant (billing/refund: it is money_move, above its grant's max_effect read)",

@@ -74,67 +74,12 @@ func Loosenings(old, next *Policy) []string {
 	return slices.Compact(out)
 }
 
-// looserTerms lists how the terms of an allowed call got looser.
+// looserTerms lists how the terms of an allowed call got looser, kind by
+// kind.
 func looserTerms(old, next Decision) []string {
 	var out []string
-	for _, c := range old.Constraints {
-		if slices.ContainsFunc(next.Constraints, c.same) {
-			continue
-		}
-		i := slices.IndexFunc(next.Constraints, func(n *Constraint) bool { return n.Name == c.Name })
-		switch {
-		case i < 0:
-			out = append(out, fmt.Sprintf("constraint %q (%s) removed", c.Name, c.Expr))
-		case next.Constraints[i].Expr != c.Expr:
-			out = append(out, fmt.Sprintf("constraint %q changed from %q to %q", c.Name, c.Expr, next.Constraints[i].Expr))
-		default:
-			out = append(out, fmt.Sprintf("constraint %q message changed from %q to %q", c.Name, c.Message, next.Constraints[i].Message))
-		}
-	}
-	for _, a := range old.After {
-		if !slices.Contains(next.After, a) {
-			out = append(out, fmt.Sprintf("no longer requires %s first", a))
-		}
-	}
-	out = append(out, looserLimits(old.Budgets, next.Budgets, (*Budget).counts, func(o, n *Budget) []string {
-		if n.Amount != o.Amount {
-			return []string{fmt.Sprintf("budget %q amount changed from %q to %q", o.Name, o.Amount, n.Amount)}
-		}
-		return nil
-	})...)
-	out = append(out, looserLimits(old.RateLimits, next.RateLimits, (*RateLimit).counts, func(o, n *RateLimit) []string {
-		if n.c.perTool && !o.c.perTool {
-			return []string{fmt.Sprintf("rate limit %q now counts each tool apart, not all together", o.Name)}
-		}
-		return nil
-	})...)
-	return append(out, looserApproval(old.Approval, next.Approval)...)
-}
-
-// looserApproval lists how next holds calls for approval more loosely
-// than old: not at all, on another condition (which may hold less often),
-// with approvers old did not name, self-approval, or a longer life.
-func looserApproval(old, next *ApprovalRule) []string {
-	switch {
-	case old == nil:
-		return nil
-	case next == nil:
-		return []string{fmt.Sprintf("approval (%s) removed", old.describe())}
-	}
-	var out []string
-	if next.When != old.When {
-		out = append(out, fmt.Sprintf("approval needed when %q, was %q", next.When, old.When))
-	}
-	for _, who := range next.Approvers {
-		if !slices.Contains(old.Approvers, who) {
-			out = append(out, fmt.Sprintf("approval may now be given by %s", who))
-		}
-	}
-	if next.SelfApprove && !old.SelfApprove {
-		out = append(out, "approval may now be given by the caller itself")
-	}
-	if next.ttl > old.ttl {
-		out = append(out, fmt.Sprintf("an approval now lives %s, was %s", next.ttl, old.ttl))
+	for i, a := range old.applied {
+		out = append(out, a.Looser(next.applied[i])...)
 	}
 	return out
 }
@@ -155,10 +100,6 @@ func looserLimits[L any](old, next []L, counts func(L) *counter, also func(old, 
 		out = append(out, also(o, next[i])...)
 	}
 	return out
-}
-
-func (c *Constraint) same(o *Constraint) bool {
-	return c.Name == o.Name && c.Expr == o.Expr && c.Message == o.Message
 }
 
 // A witness stands for a set of principals that every rule of two policies

@@ -88,6 +88,16 @@
 // counted). An amount that cannot be evaluated, or is no number of at
 // least 0, denies the call, as a constraint that fails does.
 //
+// # Rule kinds
+//
+// Every key of a tool rule or grant past its classification (constraints,
+// rate_limits, budgets, after, approval) is a Kind, in a file of its own
+// that registers it: it decodes and validates what is written, compiles it
+// into the terms every call must satisfy, adds its part to the decision
+// digest, says how a new policy's rules of it are looser, explains itself
+// and names the arguments it reads. A key no kind has is an error naming
+// the field. kind.go says how to add one.
+//
 // # Digests
 //
 // Each allowed decision carries the digest of exactly the rules behind it:
@@ -167,18 +177,9 @@ type ToolRule struct {
 	// Capabilities are the tags the tool exercises; a grant must confer
 	// all of them.
 	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
-	// After names tools of the same server that must have been called,
-	// and allowed, earlier under the same snapshot.
-	After []string `yaml:"after,omitempty" json:"after,omitempty"`
-	// Constraints must all hold for a call to be allowed.
-	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
-	// Budgets and RateLimits bound each principal's calls to the tool
-	// over a window.
-	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
-	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
-	// Approval holds the tool's calls for a person's approval of their
-	// exact arguments.
-	Approval *ApprovalRule `yaml:"approval,omitempty" json:"approval,omitempty"`
+	// Rules are the rules of each kind (constraints, budgets, after, ...),
+	// by key, as written: each Kind decodes its own.
+	Rules map[string]yaml.Node `yaml:",inline" json:"-"`
 }
 
 // PrincipalRule grants the principals it matches tools on servers. Exactly
@@ -200,12 +201,9 @@ type Grant struct {
 	MaxEffect string `yaml:"max_effect,omitempty" json:"max_effect,omitempty"`
 	// Capabilities are the tags this grant confers.
 	Capabilities []string `yaml:"capabilities,omitempty" json:"capabilities,omitempty"`
-	// Constraints apply in addition to the tool's own.
-	Constraints []Constraint `yaml:"constraints,omitempty" json:"constraints,omitempty"`
-	// Budgets and RateLimits bound each principal's calls to the tools
-	// of this grant over a window, in addition to the tools' own.
-	Budgets    []Budget    `yaml:"budgets,omitempty" json:"budgets,omitempty"`
-	RateLimits []RateLimit `yaml:"rate_limits,omitempty" json:"rate_limits,omitempty"`
+	// Rules are the rules of each kind a grant may carry (constraints,
+	// budgets, ...), in addition to the tools' own, as written.
+	Rules map[string]yaml.Node `yaml:",inline" json:"-"`
 }
 
 // Wildcard in a grant's tool list stands for every classified tool.
@@ -226,6 +224,8 @@ type Policy struct {
 	prefixLens []int
 	lockfile   string
 	digest     string
+	// order is the tools in file order.
+	order []toolKey
 }
 
 // tool is a compiled ToolRule.
@@ -234,13 +234,8 @@ type tool struct {
 	field        string
 	effect       EffectClass
 	capabilities []string // sorted, distinct
-	after        []string // sorted, distinct
-	// precedes is set when another tool's after names this one.
-	precedes    bool
-	constraints []*Constraint
-	budgets     []*Budget
-	rateLimits  []*RateLimit
-	approval    *ApprovalRule
+	// rules are its rules of each kind, by the kind's index in kinds.
+	rules []Rules
 }
 
 // principalRule is a compiled PrincipalRule with every decision it makes
@@ -263,9 +258,9 @@ type grant struct {
 	names        []string // as written, when not a wildcard
 	maxEffect    EffectClass
 	capabilities []string // sorted, distinct
-	constraints  []*Constraint
-	budgets      []*Budget
-	rateLimits   []*RateLimit
+	// rules are its rules of each kind, by the kind's index in kinds; nil
+	// for a kind a grant cannot carry.
+	rules []Rules
 }
 
 // outcome is one rule's verdict on one classified tool.
@@ -285,38 +280,40 @@ type outcome struct {
 type Decision struct {
 	Effect EffectClass
 	// Digest is the JCS SHA-256 of exactly the rules that produced this
-	// decision: the tool's rule (server, tool, effect, capabilities, after,
-	// constraints, budgets, rate limits) and the deciding grant (principal
-	// rule, server, the tool name or "*", max_effect, capabilities,
-	// constraints, budgets, rate limits). Editing one tool's rule leaves
-	// every other tool's digest alone.
+	// decision: the tool's rule (server, tool, effect, capabilities and
+	// its rules of every kind) and the deciding grant (principal rule,
+	// server, the tool name or "*", max_effect, capabilities and its rules
+	// of every kind). Editing one tool's rule leaves every other tool's
+	// digest alone.
 	Digest string
 	// Rule is the principal rule that decided: "id:<id>" or
 	// "id_prefix:<prefix>".
 	Rule string
-	// Constraints are the tool's, then the grant's, in file order; a call
-	// is allowed only if all of them hold.
-	Constraints []*Constraint
-	// After are the tools of the same server that must have been called,
-	// and allowed, earlier under the same snapshot; sorted.
-	After []string
-	// Precedes is set when a sequence rule names this tool in its After:
-	// a store records the calls to it, and to no other tool.
-	Precedes bool
 	// Capabilities are the tags the tool exercises; sorted.
 	Capabilities []string
-	// RateLimits and Budgets are the tool's, then the grant's, in file
-	// order; a call is allowed only if it fits in each.
-	RateLimits []*RateLimit
-	Budgets    []*Budget
-	// Approval, if set, holds the call for a person's approval.
-	Approval *ApprovalRule
-	// Terms are the rules above compiled, that a call must satisfy once
-	// its contract is the pinned one, in order: the constraints, then the
-	// terms that record the call (Term.Records): the rate limits and
-	// budgets, which reserve (Reserver) and can give back, before the
-	// sequence rule, and last the approval, which cannot.
+	// Terms are the rules of every kind compiled, that a call must
+	// satisfy once its contract is the pinned one, in the kinds' order
+	// (Kind.Stage): those that only read the call (constraints), then
+	// those that record it (Term.Records): the rate limits and budgets,
+	// which reserve (Reserver) and can give back, before the sequence
+	// rule, and last the approval, which cannot.
 	Terms []Term
+
+	// applied are what each kind says, by the kind's index in kinds.
+	applied []Applied
+}
+
+// Precheck decides call on the terms that need nothing but the call
+// (Prechecker): what policy explain and check can say without the store.
+func (d Decision) Precheck(call Call) error {
+	for _, t := range d.Terms {
+		if p, ok := t.(Prechecker); ok {
+			if err := p.Precheck(call); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Load reads and validates a policy file. A relative lockfile path in it is
@@ -366,28 +363,16 @@ func (p *Policy) SpanningRules(server, tool string) []string {
 		return nil
 	}
 	var out []string
-	for _, r := range t.rateLimits {
-		out = append(out, fmt.Sprintf("rate limit %q: at most %s", r.Name, r.c.describe()))
-	}
-	for _, b := range t.budgets {
-		out = append(out, fmt.Sprintf("budget %q: the sum of %s, at most %s", b.Name, b.Amount, b.c.describe()))
-	}
-	if t.approval != nil {
-		out = append(out, "approval: "+t.approval.describe())
+	for _, r := range t.rules {
+		if s, ok := r.(spanning); ok {
+			out = append(out, s.spans()...)
+		}
 	}
 	return out
 }
 
-// HoldsForApproval reports whether any tool rule holds calls for a
-// person's approval: capsnap must then serve approvals.
-func (p *Policy) HoldsForApproval() bool {
-	for _, t := range p.tools {
-		if t.approval != nil {
-			return true
-		}
-	}
-	return false
-}
+// spanning is Rules that hold calls beyond one call, and say how.
+type spanning interface{ spans() []string }
 
 // Lockfile is the approvals lockfile the policy names, "" for none.
 func (p *Policy) Lockfile() string { return p.lockfile }

@@ -179,26 +179,26 @@ func TestSeedPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Effect != MoneyMove || !slices.Equal(d.After, []string{"lookup_order"}) || !slices.Equal(d.Capabilities, []string{"payments.refund"}) {
+	if d.Effect != MoneyMove || !slices.Equal(afterOf(d), []string{"lookup_order"}) || !slices.Equal(d.Capabilities, []string{"payments.refund"}) {
 		t.Errorf("billing/refund decision = %+v", d)
 	}
 	// Calls to lookup_order are recorded for refund's rule; no other
 	// tool's are.
-	if d.Precedes {
+	if precedesOf(d) {
 		t.Error("refund precedes nothing, but its decision says it does")
 	}
-	if lookup, err := p.Decide(support, "billing", "lookup_order"); err != nil || !lookup.Precedes {
+	if lookup, err := p.Decide(support, "billing", "lookup_order"); err != nil || !precedesOf(lookup) {
 		t.Errorf("billing/lookup_order decision = %+v, %v; want Precedes", lookup, err)
 	}
 	var names []string
-	for _, c := range d.Constraints {
+	for _, c := range constraintsOf(d) {
 		names = append(names, c.Name)
 	}
 	if !slices.Equal(names, []string{"usd_cap_250", "reason_allowlist"}) {
 		t.Errorf("constraints = %v", names)
 	}
 	check := func(args map[string]any) error {
-		for _, c := range d.Constraints {
+		for _, c := range constraintsOf(d) {
 			if err := c.CheckInput(Input{Args: args, Principal: support, Server: "billing", Tool: "refund"}); err != nil {
 				return err
 			}
@@ -222,7 +222,7 @@ func TestSeedPolicy(t *testing.T) {
 		t.Error("read-only agent may refund")
 	}
 	pd, err := p.Decide(support, "payments", "refund")
-	if err != nil || pd.Effect != MoneyMove || len(pd.Constraints) != 1 || pd.Constraints[0].Name != "usd_cap_250" {
+	if err != nil || pd.Effect != MoneyMove || len(constraintsOf(pd)) != 1 || constraintsOf(pd)[0].Name != "usd_cap_250" {
 		t.Errorf("payments/refund = %+v, %v", pd, err)
 	}
 	if _, err := p.Decide(readonly, "payments", "refund"); err == nil {
@@ -261,14 +261,14 @@ principals:
 		t.Fatal(err)
 	}
 	var names []string
-	for _, c := range d.Constraints {
+	for _, c := range constraintsOf(d) {
 		names = append(names, c.Name+"="+c.Expr)
 	}
 	// The tool's, then the grant's, each in file order.
 	if want := []string{"one=true", "two=true", "three=true", "one=tool == 't'"}; !slices.Equal(names, want) {
 		t.Errorf("constraints = %v, want %v", names, want)
 	}
-	if !slices.Equal(d.After, []string{"a", "b"}) || !slices.Equal(d.Capabilities, []string{"a.cap", "z.cap"}) || d.Rule != "id:p" {
+	if !slices.Equal(afterOf(d), []string{"a", "b"}) || !slices.Equal(d.Capabilities, []string{"a.cap", "z.cap"}) || d.Rule != "id:p" {
 		t.Errorf("decision = %+v", d)
 	}
 }
@@ -320,3 +320,20 @@ func TestLockfilePath(t *testing.T) {
 		t.Errorf("Parse changed the lockfile path to %q", got)
 	}
 }
+
+// The rules of each kind a decision applies, as the kinds compiled them;
+// none for a denial's zero Decision.
+func appliedOf[A Applied](d Decision, key string) A {
+	var zero A
+	if d.applied == nil {
+		return zero
+	}
+	return d.applied[kindIndex(key)].(A)
+}
+
+func constraintsOf(d Decision) constraints { return appliedOf[constraints](d, "constraints") }
+func budgetsOf(d Decision) budgets         { return appliedOf[budgets](d, "budgets") }
+func rateLimitsOf(d Decision) rateLimits   { return appliedOf[rateLimits](d, "rate_limits") }
+func approvalOf(d Decision) *ApprovalRule  { return appliedOf[approvalRules](d, "approval").a }
+func afterOf(d Decision) []string          { return appliedOf[*sequenceRules](d, "after").after }
+func precedesOf(d Decision) bool           { return appliedOf[*sequenceRules](d, "after").precedes }

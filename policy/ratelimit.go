@@ -3,7 +3,10 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -36,6 +39,103 @@ const (
 )
 
 var _ Reserver = (*RateLimit)(nil)
+
+func init() { register(rateLimitKind{}) }
+
+// rateLimitKind is rate_limits: counts of each principal's allowed calls
+// in a window, on a tool rule and on a grant, the tool's first. They
+// record, and can give back, so they run after every term that only
+// reads the call.
+type rateLimitKind struct{}
+
+func (rateLimitKind) Key() string   { return "rate_limits" }
+func (rateLimitKind) Stage() int    { return 20 }
+func (rateLimitKind) OnGrant() bool { return true }
+
+func (rateLimitKind) Compile(s *Site, value *yaml.Node) (Rules, error) {
+	var rs []RateLimit
+	if err := s.Decode("rate_limits", value, &rs); err != nil {
+		return nil, err
+	}
+	var out rateLimits
+	for i, r := range rs {
+		cr, err := compileRateLimit(fmt.Sprintf("%s[%d]", s.At("rate_limits"), i), r, s.Grant, s.scope()...)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.count(&cr.c); err != nil {
+			return nil, err
+		}
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+func (rateLimitKind) Apply(tool, grant Rules) Applied {
+	return rateLimits(slices.Concat(tool.(rateLimits), grant.(rateLimits)))
+}
+
+// rateLimits are a site's rate limits, or those that apply to a call.
+type rateLimits []*RateLimit
+
+// A rate limit's window is digested as counted, as a budget's.
+type digestedRateLimit struct {
+	Name   string  `json:"name"`
+	Limit  float64 `json:"limit"`
+	Window string  `json:"window"`
+	Per    string  `json:"per"`
+}
+
+// Digested implements Rules: none leaves the key out.
+func (rs rateLimits) Digested() any {
+	if len(rs) == 0 {
+		return nil
+	}
+	var out []digestedRateLimit
+	for _, r := range rs {
+		out = append(out, digestedRateLimit{Name: r.Name, Limit: r.Limit, Window: r.c.span.String(), Per: r.Per})
+	}
+	return out
+}
+
+// Reads implements Rules: a rate limit reads no argument.
+func (rateLimits) Reads() []Reading { return nil }
+
+func (rs rateLimits) spans() []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("rate limit %q: at most %s", r.Name, r.c.describe()))
+	}
+	return out
+}
+
+// Terms implements Applied.
+func (rs rateLimits) Terms() []Term { return termsOf(rs) }
+
+// Looser implements Applied: a rate limit removed or renamed, its limit
+// raised, its window shortened, or counted per tool where it counted per
+// principal.
+func (rs rateLimits) Looser(next Applied) []string {
+	return looserLimits(rs, next.(rateLimits), (*RateLimit).counts, func(o, n *RateLimit) []string {
+		if n.c.perTool && !o.c.perTool {
+			return []string{fmt.Sprintf("rate limit %q now counts each tool apart, not all together", o.Name)}
+		}
+		return nil
+	})
+}
+
+// Explain implements Applied: whether the window has room is the
+// counter's to say.
+func (rs rateLimits) Explain(Call) Explanation {
+	if len(rs) == 0 {
+		return Explanation{Lines: []string{"no rate limits"}}
+	}
+	e := Explanation{Unless: "its rate limits have room"}
+	for _, r := range rs {
+		e.Lines = append(e.Lines, fmt.Sprintf("rate limit %q (%s): at most %s", r.Name, r.c.field, r.c.describe()))
+	}
+	return e
+}
 
 // compileRateLimit compiles r, declared on a grant if onGrant, else on a
 // tool rule.

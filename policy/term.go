@@ -1,14 +1,14 @@
 package policy
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // A Term is one rule of the policy that a call must satisfy once its
-// contract is the pinned one: an argument constraint (constraint.go), a
-// rate limit (ratelimit.go), a budget (budget.go), a sequence rule
-// (sequence.go). Each rule kind is one implementation in a
-// file of its own, compiled with the policy into every Decision it applies
-// to (Decision.Terms); the decision core runs them in order and knows none
-// of them.
+// contract is the pinned one, as its Kind compiled it into every Decision
+// it applies to (Decision.Terms): the decision core runs them in order and
+// knows none of them.
 type Term interface {
 	// Check decides call: nil if the rule holds, or why not, as a
 	// *deny.Error. Any other error is the store's (a term that spans
@@ -20,11 +20,24 @@ type Term interface {
 	Records() bool
 }
 
+// A Prechecker is a term that can also decide a call without the store:
+// on its arguments and time alone (a constraint, a budget's amount). It
+// is what policy explain and check can say before a call is made; a call
+// with nil Args stands for one whose arguments are not known, and what
+// reads them then passes.
+type Prechecker interface {
+	Term
+	Precheck(call Call) error
+}
+
 // Call is what a Term decides: the call and who makes it where, the
 // snapshot it is verified under, the calls allowed before it under that
 // snapshot, and the counters of its budgets and rate limits.
 type Call struct {
 	Input
+	// Now is when the call is decided: the clock reaches every kind
+	// through the call it checks, so a test can set it.
+	Now time.Time
 	// Snapshot is the epoch of the snapshot the call is verified under.
 	Snapshot string
 	// Log holds the calls allowed under the snapshot.

@@ -294,15 +294,18 @@ func policyArgs(file *string) cobra.PositionalArgs {
 func newPolicyExplainCmd() *cobra.Command {
 	var o explainOptions
 	c := &cobra.Command{
-		Use:                   "explain (--policy FILE | FILE) --principal P --server S --tool T [--args JSON]",
+		Use:                   "explain (--policy FILE | FILE) --principal P --server S --tool T [--args JSON] [--at TIME]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Print the policy's decision on a call, and why",
 		Long: `Print the policy's decision on a call, and why: which principal rule decides,
-the tool's effect class, the grant, and each constraint, evaluated over
---args when they are given. Exit 0 when the call is allowed (or granted,
-its constraints not evaluated without --args), 1 when it is denied.`,
+the tool's effect class, the grant, and each rule of the call (constraints,
+rate limits, budgets, sequence, approval, ...), evaluated over --args when
+they are given, as of --at (RFC 3339; default now) where a rule reads the
+time. Exit 0 when the call is allowed (or granted, its constraints not
+evaluated without --args), 1 when it is denied.`,
 		Example: `  capsnap policy explain --policy policy.yaml --principal spiffe://acme/agent/support \
-    --server billing --tool refund --args '{"order_id":"A-100","amount":40}'`,
+    --server billing --tool refund --args '{"order_id":"A-100","amount":40}' \
+    --at 2026-12-07T10:00:00+02:00`,
 		Args: policyArgs(&o.file),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return policyExplain(o, c.OutOrStdout())
@@ -313,6 +316,7 @@ its constraints not evaluated without --args), 1 when it is denied.`,
 	c.Flags().StringVar(&o.server, "server", "", "server_id")
 	c.Flags().StringVar(&o.tool, "tool", "", "tool name")
 	c.Flags().StringVar(&o.args, "args", "", "tool arguments as a JSON object (optional)")
+	c.Flags().StringVar(&o.at, "at", "", "when the call is made, RFC 3339 (default now)")
 	return c
 }
 

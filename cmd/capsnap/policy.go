@@ -74,6 +74,7 @@ func catalogSchemas(catalogs []string) (policy.InputSchemas, error) {
 type explainOptions struct {
 	file, principal, server, tool string
 	args                          string // JSON object, or "" for none
+	at                            string // RFC 3339, or "" for now
 }
 
 // policyExplain prints the policy's decision on a call and why, and fails
@@ -92,10 +93,16 @@ func policyExplain(o explainOptions, stdout io.Writer) error {
 			return usageError{fmt.Sprintf("policy explain: --args is not a JSON object: %v", err)}
 		}
 	}
-	for _, line := range p.Explain(o.principal, o.server, o.tool, callArgs) {
+	at := time.Now()
+	if o.at != "" {
+		if at, err = time.Parse(time.RFC3339, o.at); err != nil {
+			return usageError{fmt.Sprintf("policy explain: --at is not an RFC 3339 time (like 2026-12-07T10:00:00+02:00): %v", err)}
+		}
+	}
+	for _, line := range p.Explain(o.principal, o.server, o.tool, callArgs, at) {
 		fmt.Fprintln(stdout, line)
 	}
-	return explainedDenial(p, o.principal, o.server, o.tool, callArgs)
+	return explainedDenial(p, o.principal, o.server, o.tool, callArgs, at)
 }
 
 // errDenied is policy explain's answer when the call is denied, once it
@@ -106,27 +113,17 @@ var errDenied = errors.New("policy explain: DENIED")
 // call Explain explained: the decision taken as serve takes it, not read
 // back from the explanation's words. Without args the constraints are not
 // evaluated, and a call granted on them is not a denial.
-func explainedDenial(p *policy.Policy, principal, server, tool string, args map[string]any) error {
+func explainedDenial(p *policy.Policy, principal, server, tool string, args map[string]any, at time.Time) error {
 	d, err := p.Decide(principal, server, tool)
 	if err != nil {
 		return fmt.Errorf("%w (%w)", errDenied, err)
 	}
-	if args == nil {
-		return nil
-	}
-	in := policy.Input{Args: args, Principal: principal, Server: server, Tool: tool}
-	for _, c := range d.Constraints {
-		if err := c.CheckInput(in); err != nil {
-			return fmt.Errorf("%w (%w)", errDenied, err)
-		}
-	}
-	// A budget's amount that cannot be counted on these arguments denies;
-	// whether it fits depends on the calls before it, which explain does
-	// not know.
-	for _, b := range d.Budgets {
-		if err := b.CheckInput(in); err != nil {
-			return fmt.Errorf("%w (%w)", errDenied, err)
-		}
+	// What the call's terms say of it without the store: whether a budget
+	// has room depends on the calls before it, which explain does not
+	// know.
+	call := policy.Call{Input: policy.Input{Args: args, Principal: principal, Server: server, Tool: tool}, Now: at}
+	if err := d.Precheck(call); err != nil {
+		return fmt.Errorf("%w (%w)", errDenied, err)
 	}
 	return nil
 }
