@@ -67,6 +67,10 @@ const (
 	// policy's budgets past its limit in its window (Error.Limit says
 	// which, and when the amount fits again).
 	BudgetExhausted Reason = "budget_exhausted"
+	// OutsideSchedule: the pinned policy allows the tool only inside time
+	// windows, and the call is outside them (Error.RetryAt says when the
+	// next one opens).
+	OutsideSchedule Reason = "outside_schedule"
 	// RateLimited: the call would exceed one of the pinned policy's rate
 	// limits in its window (Error.Limit says which, and when to retry).
 	RateLimited Reason = "rate_limited"
@@ -167,6 +171,7 @@ var specs = map[Reason]Spec{
 	SequenceViolation:   {Status: 403, ReturnTo: ReturnToPlanning},
 	BudgetExhausted:     {Status: 429, ReturnTo: ReturnToLater},
 	RateLimited:         {Status: 429, ReturnTo: ReturnToLater},
+	OutsideSchedule:     {Status: 429, ReturnTo: ReturnToLater},
 	ApprovalRequired:    {Status: 403, ReturnTo: ReturnToApproval},
 	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
 	UnclassifiedTool:    {Status: 403, ReturnTo: ReturnToNone},

@@ -153,11 +153,12 @@ var update = flag.Bool("update", false, "rewrite testdata/digests.golden from th
 // The decision digests of the policies under testdata, pinned: a digest is
 // in every snapshot, so one that moves drift-denies them all. The ones of
 // policies without budgets or rate limits are the digests from before
-// there were any; limits.yaml's include its limits.
+// there were any; limits.yaml's include its limits, schedule.yaml's its
+// schedules.
 func TestDecisionDigestsGolden(t *testing.T) {
 	const golden = "testdata/digests.golden"
 	var b strings.Builder
-	for _, file := range []string{"seed.yaml", "decide.yaml", "limits.yaml"} {
+	for _, file := range []string{"seed.yaml", "decide.yaml", "limits.yaml", "schedule.yaml"} {
 		p := mustLoad(t, "testdata/"+file)
 		for _, r := range p.rules() {
 			for _, k := range slices.SortedFunc(maps.Keys(r.outcomes), compareKeys) {
