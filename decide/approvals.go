@@ -13,8 +13,6 @@ import (
 // approval of exactly one call, bound by the approval package's Binding.
 type approvals struct{ svc *approval.Service }
 
-var _ policy.Approvals = approvals{}
-
 func (a approvals) binding(x policy.Approval) (approval.Binding, error) {
 	args := x.Arguments
 	if len(args) == 0 {

@@ -82,26 +82,6 @@ func openWith(key []byte, kind, ticket string, v any) error {
 	return nil
 }
 
-// list is the request half of a tools/list on the response path: the
-// catalog must be live to confirm what the response will deliver, and the
-// response must come back to capsnap with the ticket.
-func (s *Server) list(d *decision, m *mcpparse.Message) *deny.Error {
-	if _, fail := s.live(d.ServerID, d.now); fail != nil {
-		return fail
-	}
-	// The response would find no store to mint in.
-	if _, err := s.snapshots.Seq(); err != nil {
-		return storeFailed(err)
-	}
-	cursor, _ := m.ParamString("cursor")
-	d.Listing = s.seal(listing{
-		Principal: d.Principal, ServerID: d.ServerID, Session: d.session, Version: d.version,
-		ID: m.ID, Cursor: cursor, RequestID: d.requestID, Expires: d.now.Add(s.ttl).Unix(),
-	})
-	s.unbound.issued(d.ServerID, d.Listing, d.now)
-	return nil
-}
-
 // ResponseHead is what Deliver needs of a response's headers.
 type ResponseHead struct {
 	// Status is the HTTP status.

@@ -5,8 +5,13 @@
 // Packages extauthz and extproc adapt Envoy's external-authorization and
 // external-processing APIs to it.
 //
-// The whole decision for one request is Server.evaluate, read top-down:
-// parse the body, identify the principal, look the tool up in the live
-// catalog, verify it against the policy (Rules.admit, then the policy's
-// terms), respond with an Outcome.
+// One request reads top-down, a file a step: request.go parses the body,
+// identifies the principal and routes the one message capsnap decides on;
+// call.go decides a tools/call (snapshot, contract, rules, seal, record)
+// and list.go a tools/list; Decide then answers (response.go) and audits
+// (audit.go). The answers come back through delivery.go (a listing),
+// stream.go (every other answer) and release.go (what a failed call gives
+// back). What the decision decides with (the catalog, the store of record,
+// the approvals, the envelope signer) are the ports of ports.go; the policy
+// and lockfile in force are rules.go's, reloaded by reload.go.
 package decide

@@ -224,9 +224,7 @@ func TestEnvelopeFailedRecordsNothing(t *testing.T) {
 	}
 	refund := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"damaged"}`)
 
-	f.mintGrant = func(envelope.GrantClaims, *envelope.Recipient) (*envelope.Grant, error) {
-		return nil, errors.New("the grant key is gone")
-	}
+	f.signer = grantless{keys}
 	got := f.call(t, argsCall("lookup_order", lookup))
 	if got.reason != deny.EnvelopeFailed || len(got.upstream) != 0 {
 		t.Fatalf("lookup_order with no grant: %q, upstream %v", got.reason, got.upstream)
@@ -235,7 +233,7 @@ func TestEnvelopeFailedRecordsNothing(t *testing.T) {
 		t.Fatalf("audit line %v", line)
 	}
 
-	f.mintGrant = keys.Grant
+	f.signer = keys
 	if got := f.call(t, refund); got.reason != deny.SequenceViolation {
 		t.Fatalf("refund after a lookup_order that was denied: %q", got.reason)
 	}
@@ -268,7 +266,7 @@ func TestKeptGrantMustSayWhatWasVerified(t *testing.T) {
 	}
 	other := kept.Claims
 	other.Subject, other.ID = "spiffe://acme/agent/someone-else", ""
-	planted, err := f.envelope.Grant(other, f.recipients["billing"])
+	planted, err := f.signer.Grant(other, f.recipients["billing"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +282,11 @@ func TestKeptGrantMustSayWhatWasVerified(t *testing.T) {
 			t.Fatalf("the grant minted again: %+v, %v", c, err)
 		}
 	}
+}
+
+// grantless is a signer whose grant key is gone.
+type grantless struct{ *envelope.Keys }
+
+func (grantless) Grant(envelope.GrantClaims, *envelope.Recipient) (*envelope.Grant, error) {
+	return nil, errors.New("the grant key is gone")
 }

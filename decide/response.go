@@ -265,13 +265,3 @@ func (d *decision) errorData() errorData {
 	}
 	return data
 }
-
-func clientHeaders(h map[string]string) []string {
-	var out []string
-	for k := range h {
-		if strings.HasPrefix(k, HeaderPrefix) {
-			out = append(out, k)
-		}
-	}
-	return out
-}

@@ -1,15 +1,9 @@
 package decide
 
 import (
-	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
@@ -61,91 +55,6 @@ func sourceHash(path, lockPath string) ([sha256.Size]byte, error) {
 	}
 	h.Sum(sum[:0])
 	return sum, nil
-}
-
-// Reload results, the values of capsnap_policy_reloads_total{result}.
-const (
-	ReloadOK        = "ok"
-	ReloadUnchanged = "unchanged"
-	ReloadInvalid   = "invalid"
-	ReloadLoosening = "refused_loosening"
-)
-
-// ErrLoosening is returned by Reload for a policy looser than the one in
-// force when loosening was not explicitly allowed.
-var ErrLoosening = errors.New("the new policy is looser than the one in force")
-
-// Reload loads the rules at path and puts them in force for every decision
-// that starts after it returns. An invalid policy or lockfile keeps the
-// rules in force: a reload never fails open. A policy that loosens anything
-// (a new grant, a higher ceiling, a removed or changed constraint, a newly
-// approved tool) is refused unless allowLoosening; even then only snapshots
-// minted afterwards get it, as existing ones pin the old rules' digests.
-func (s *Server) Reload(path string, allowLoosening bool) (result string, err error) {
-	defer func() { s.metrics.reloaded(result) }()
-	cur := s.rules.Load()
-	// The poller calls this every few seconds: compile only what changed.
-	// While the policy's bytes are the same, so is the lockfile it names.
-	if sum, err := sourceHash(path, cur.Policy.Lockfile()); err == nil && sum == cur.source {
-		return ReloadUnchanged, nil
-	}
-	next, err := LoadRules(path)
-	if err != nil {
-		return ReloadInvalid, err
-	}
-	if next.source == cur.source {
-		return ReloadUnchanged, nil
-	}
-	if loose := loosenings(cur, next); len(loose) > 0 && !allowLoosening {
-		return ReloadLoosening, fmt.Errorf("%w: %s", ErrLoosening, strings.Join(loose, "; "))
-	}
-	s.SetRules(next)
-	return ReloadOK, nil
-}
-
-// loosenings lists every way next is looser than cur, the lockfile's newly
-// approved tools included.
-func loosenings(cur, next *Rules) []string {
-	out := policy.Loosenings(cur.Policy, next.Policy)
-	if next.Lock == nil {
-		return out
-	}
-	for _, e := range next.Lock.Entries() {
-		if cur.Lock != nil && !cur.Lock.Approved(e.ServerID, e.Tool, e.Digest) {
-			out = append(out, fmt.Sprintf("lockfile approves %s/%s at %s", e.ServerID, e.Tool, e.Digest))
-		}
-	}
-	return out
-}
-
-// WatchPolicy reloads the rules at path whenever its content (or the
-// lockfile's) changes, polling every interval until ctx ends. Polling
-// content, not file events, survives editors that replace files and
-// Kubernetes ConfigMap symlink swaps alike. Watched reloads never loosen.
-func (s *Server) WatchPolicy(ctx context.Context, path string, interval time.Duration, log zerolog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		LogReload(log, "file change", path, s)
-	}
-}
-
-// LogReload reloads without loosening and logs the outcome; it is what a
-// file change and SIGHUP both do.
-func LogReload(log zerolog.Logger, why, path string, s *Server) {
-	result, err := s.Reload(path, false)
-	switch result {
-	case ReloadUnchanged:
-	case ReloadOK:
-		log.Info().Str("trigger", why).Str("policy_digest", s.rules.Load().Policy.Digest()).Msg("policy reloaded")
-	default:
-		log.Error().Str("trigger", why).Str("result", result).Err(err).Msg("policy reload refused; keeping the policy in force")
-	}
 }
 
 // admit is the one answer to "may p call tool on server, as defined at

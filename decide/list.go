@@ -1,36 +1,33 @@
-// The authorize boundary at the request: a snapshot minted from capsnap's
-// own live view (discovery.bind catalog), and the store it goes to.
+// One tools/list decided, top-down: with discovery.bind delivered (the
+// default) the request is let through with a ticket, and the snapshot is
+// minted over its own answer (Deliver, in delivery.go); with bind catalog
+// it is minted here, from capsnap's own live view.
 
 package decide
 
 import (
 	"errors"
-	"time"
 
 	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/mcpparse"
 )
 
-// live returns the server's catalog and whether it is fresh enough to
-// verify against: synced, its connection healthy (or it would miss
-// list_changed) and confirmed within the configured age. A stale catalog's
-// last list is returned with the failure, for the audited stale-read path.
-func (s *Server) live(serverID string, now time.Time) (*catalog.List, *deny.Error) {
-	list, st, err := s.catalog.Lookup(serverID)
-	if err != nil {
-		if de, ok := deny.As(err); ok {
-			return list, de
+// listTools decides the tools/list m, one of msgs.
+func (s *Server) listTools(d *decision, msgs []mcpparse.Message, m *mcpparse.Message) *deny.Error {
+	d.Method, d.id, d.Name = m.Method, m.ID, ""
+	if !s.delivered {
+		return s.mint(d)
+	}
+	// Its response is read as holding one response, the list: the
+	// answers to a batch's other requests beside it would be refused
+	// with it (a client may take any of them for the list).
+	for i := range msgs {
+		if &msgs[i] != m && msgs[i].Kind == mcpparse.KindRequest {
+			return deny.Errorf(deny.MalformedRequest, "on the response path a tools/list must not share a batch with other requests")
 		}
-		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: %v", serverID, err)
 	}
-	if st.LastError != nil {
-		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: last refresh failed: %v", serverID, st.LastError)
-	}
-	if age := now.Sub(st.FetchedAt); age > s.freshness.MaxAge {
-		return list, deny.Errorf(deny.CatalogUnavailable, "server %q: catalog is %s old, over the %s bound", serverID, age.Round(time.Millisecond), s.freshness.MaxAge)
-	}
-	return list, nil
+	return s.list(d, m)
 }
 
 // mint is the authorize boundary: a passing tools/list mints a snapshot of
@@ -87,8 +84,22 @@ func (s *Server) store(d *decision, snap *cache.Snapshot) *deny.Error {
 	return nil
 }
 
-// storeFailed is the denial of every decision the snapshot store cannot
-// serve: nothing is minted or allowed without it.
-func storeFailed(err error) *deny.Error {
-	return deny.Errorf(deny.StoreUnavailable, "%v", err)
+// list is the request half of a tools/list on the response path: the
+// catalog must be live to confirm what the response will deliver, and the
+// response must come back to capsnap with the ticket.
+func (s *Server) list(d *decision, m *mcpparse.Message) *deny.Error {
+	if _, fail := s.live(d.ServerID, d.now); fail != nil {
+		return fail
+	}
+	// The response would find no store to mint in.
+	if _, err := s.snapshots.Seq(); err != nil {
+		return storeFailed(err)
+	}
+	cursor, _ := m.ParamString("cursor")
+	d.Listing = s.seal(listing{
+		Principal: d.Principal, ServerID: d.ServerID, Session: d.session, Version: d.version,
+		ID: m.ID, Cursor: cursor, RequestID: d.requestID, Expires: d.now.Add(s.ttl).Unix(),
+	})
+	s.unbound.issued(d.ServerID, d.Listing, d.now)
+	return nil
 }

@@ -1,5 +1,8 @@
-// A tools/call held to its snapshot and to what is live now: the contract,
-// then its terms.
+// One tools/call decided, top-down: the snapshot it is verified against;
+// the contract (what is live is what the snapshot pins: the definition,
+// the effect class, the rules); the rules (the arguments against the
+// pinned inputSchema, then the policy's terms); the seal (the envelope);
+// the record (what the terms take). Decide makes the answer of it.
 
 package decide
 
@@ -9,8 +12,30 @@ import (
 	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
 )
+
+// callTool decides the tools/call m. A denial decided on a newest-snapshot
+// pointer that lagged the store is decided once more, on the store's own
+// newest (lagged).
+func (s *Server) callTool(d *decision, m *mcpparse.Message) *deny.Error {
+	d.Method, d.id, d.Name, d.Tool, d.call = m.Method, m.ID, m.Tool, m.Tool, m
+	// Kept whole, so that a denial decided again starts from it.
+	called := *d
+	fail := s.verifyCall(d)
+	if fail == nil {
+		return nil
+	}
+	newest := s.lagged(d, fail)
+	if newest == nil {
+		return fail
+	}
+	*d = called
+	d.newest = newest
+	return s.verifyCall(d)
+}
 
 // verifyCall holds one tools/call to its snapshot and to what is live now,
 // in this order: the catalog is live; the snapshot exists and is the
@@ -22,6 +47,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	list, catalogFail := s.live(d.ServerID, d.now)
 	r := s.rules.Load()
 
+	// Snapshot.
 	snap, fail := s.snapshotFor(d)
 	if fail != nil {
 		if catalogFail != nil {
@@ -51,8 +77,8 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 		return s.staleRead(d, r, pin, list, catalogFail)
 	}
 
-	// The snapshot (epoch) is the caller's (principal) for this server and
-	// pins this tool; the last of the tuple is the live digest.
+	// Contract. The snapshot (epoch) is the caller's (principal) for this
+	// server and pins this tool; the last of the tuple is the live digest.
 	live, ok := list.Tools[d.Tool]
 	if !ok {
 		return deny.Errorf(deny.SchemaDrift, "tool %q is gone from server %q", d.Tool, d.ServerID)
@@ -83,13 +109,14 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	if rule.Digest != pin.PolicyDigest {
 		return deny.Errorf(deny.PolicyDrift, "the rules for %q are now %s, the snapshot pins %s", d.Tool, rule.Digest, pin.PolicyDigest)
 	}
-	// The contract is the pinned one; now its terms.
+	// The contract is the pinned one; now its rules.
 	return s.checkTerms(d, snap, rule, live.Digest, live.InputSchema)
 }
 
 // checkTerms holds the arguments to the pinned inputSchema and the pinned
 // policy's constraints, and the call to its sequence rules.
 func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
+	// Rules.
 	args, fail := s.schemas.checkArguments(digest, inputSchema, d.call)
 	if fail != nil {
 		return fail
@@ -102,19 +129,65 @@ func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decis
 			return fail
 		}
 	}
-	// The envelope is sealed before the call is recorded: sealing can
-	// still deny, and a term records a call only once nothing else will.
+	// Seal. The envelope is sealed before the call is recorded: sealing
+	// can still deny, and a term records a call only once nothing else
+	// will.
 	if fail := s.signEnvelope(d); fail != nil {
 		return fail
 	}
-	// Nothing after this can deny: what is reserved stays taken. A term
-	// that denies gives back what the ones before it took (policy.Record).
+	// Record. Nothing after this can deny: what is reserved stays taken.
+	// A term that denies gives back what the ones before it took
+	// (policy.Record).
 	reserved, err := policy.Record(rule.Terms, call)
 	if err != nil {
 		return asDenial(err)
 	}
 	d.reserved = reserved
 	d.Release = s.releaseTicket(d)
+	return nil
+}
+
+// signEnvelope signs the envelope of an allowed call, binding it to exactly what
+// was verified: the handler that runs it can check each part against
+// itself before any side effect. For a server that holds a grant key, what
+// is the same for every call of the tool under the snapshot is signed once,
+// in its grant, and the call is bound by a MAC under the grant's call key.
+func (s *Server) signEnvelope(d *decision) *deny.Error {
+	if s.signer == nil {
+		return nil
+	}
+	args, err := envelope.ArgsDigest(d.call.Arguments)
+	if err != nil {
+		// mcpparse read these bytes as a JSON object.
+		return deny.Errorf(deny.MalformedRequest, "arguments: %v", err)
+	}
+	exp := d.now.Add(s.envelopeTTL)
+	if d.snapshot.ValidUntil.Before(exp) {
+		exp = d.snapshot.ValidUntil
+	}
+	if r := s.recipients[d.ServerID]; r != nil {
+		g, err := s.grant(d, r)
+		if err != nil {
+			return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+		}
+		c := &envelope.CallClaims{IssuedAt: d.now.Unix(), Expiry: exp.Unix(), ArgsDigest: args, RequestID: d.id}
+		token, err := g.Seal(c)
+		if err != nil {
+			return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+		}
+		d.Envelope, d.envelopeID, d.Grant, d.grantID = token, c.ID, g.Token, g.Claims.ID
+		return nil
+	}
+	c := &envelope.Claims{
+		Audience: d.ServerID, Subject: d.Principal, IssuedAt: d.now.Unix(), Expiry: exp.Unix(),
+		Epoch: d.snapshot.Epoch, Tool: d.Tool, SchemaDigest: d.SchemaDigest,
+		EffectClass: d.Effect.String(), PolicyDigest: d.PolicyDigest, ArgsDigest: args, RequestID: d.id,
+	}
+	token, err := s.signer.Seal(c)
+	if err != nil {
+		return deny.Errorf(deny.EnvelopeFailed, "%v", err)
+	}
+	d.Envelope, d.envelopeID = token, c.ID
 	return nil
 }
 
@@ -258,6 +331,3 @@ func (s *Server) allowedBy(snap *cache.Snapshot) []string {
 	}
 	return out
 }
-
-// identify returns the acting principal from wherever the configuration
-// says Envoy verified it.
