@@ -14,7 +14,7 @@ import (
 
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/approval/approvaltest"
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // clock is a settable clock.
@@ -64,7 +64,7 @@ type flaky struct {
 	down atomic.Bool
 }
 
-var errDown = fmt.Errorf("%w: redis 127.0.0.1:6379: probe: connection refused", cache.ErrUnavailable)
+var errDown = fmt.Errorf("%w: redis 127.0.0.1:6379: probe: connection refused", store.ErrUnavailable)
 
 func (f *flaky) Get(id string, now time.Time) (approval.Request, error) {
 	if f.down.Load() {

@@ -14,7 +14,7 @@ import (
 // Config configures a Service.
 type Config struct {
 	// Store keeps the requests: NewMemory for one replica, the Redis
-	// store (cache/redis.NewApprovals) for several.
+	// store (store/redis.NewApprovals) for several.
 	Store Store
 	// BaseURL is where approvers reach the approval listener
 	// ("https://approvals.acme.example"); a request's page is

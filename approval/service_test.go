@@ -12,7 +12,7 @@ import (
 
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/approval/approvaltest"
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // What the decision core does with an approval, end to end on one
@@ -106,7 +106,7 @@ func TestServiceLifecycle(t *testing.T) {
 
 	// A store that cannot answer lets nothing through.
 	e.store.down.Store(true)
-	if _, ok, err := e.svc.Consume(b); ok || !errors.Is(err, cache.ErrUnavailable) {
+	if _, ok, err := e.svc.Consume(b); ok || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Consume with the store down = %v, %v", ok, err)
 	}
 }

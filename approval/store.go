@@ -14,7 +14,7 @@ import (
 //
 // An error other than the package's own (ErrNotFound, ErrExpired,
 // ErrDecided, ErrNotApprover, ErrSelfApproval) is the store failing to
-// answer; a shared store's wraps cache.ErrUnavailable. Every caller then
+// answer; a shared store's wraps store.ErrUnavailable. Every caller then
 // denies: a store that cannot answer never lets a call through.
 type Store interface {
 	// Open returns the live request (pending or approved, unexpired) for

@@ -4,9 +4,9 @@ import (
 	"fmt"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // approvals is the approval service as a policy rule reads it: a person's
@@ -35,7 +35,7 @@ func (a approvals) Consume(x policy.Approval) (bool, error) {
 	}
 	_, ok, err := a.svc.Consume(b)
 	if err != nil {
-		return false, fmt.Errorf("%w: approvals: %v", cache.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: approvals: %v", store.ErrUnavailable, err)
 	}
 	return ok, nil
 }
@@ -49,7 +49,7 @@ func (a approvals) Ask(x policy.Approval) (*deny.ApprovalInfo, error) {
 	r, err := a.svc.Open(approval.Request{Binding: b, Arguments: x.Arguments, EffectClass: x.Effect.String(),
 		Rule: x.Rule, Approvers: x.Approvers, SelfApprove: x.SelfApprove, ApprovalTTL: x.TTL})
 	if err != nil {
-		return nil, fmt.Errorf("%w: approvals: %v", cache.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: approvals: %v", store.ErrUnavailable, err)
 	}
 	return &deny.ApprovalInfo{ID: r.ID, URL: a.svc.URL(r.ID), ExpiresAt: r.Expires,
 		Message: fmt.Sprintf("%s asks to call %s/%s (%s): approve or deny this exact call", x.Principal, x.Server, x.Tool, x.Effect)}, nil

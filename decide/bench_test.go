@@ -12,8 +12,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The hot path: one Check of an allowed tools/call under the seed's policy
@@ -33,7 +33,7 @@ func BenchmarkCheckAllowed(b *testing.B) {
 // sequence rule holds, then measures the allowed refund. Two seconds pass
 // in between, as an agent's planning takes them: on the Redis store a
 // replica reads a pointer it moved itself from Redis for a second after
-// (cache/redis movedWindow), and the fixture's clock would otherwise
+// (store/redis movedWindow), and the fixture's clock would otherwise
 // hold every Check inside that second.
 func benchmarkAllowed(b *testing.B, f *fixture) {
 	f.list(b, support, "billing", nil)
@@ -72,7 +72,7 @@ func BenchmarkCheckDrift(b *testing.B) {
 func BenchmarkMint(b *testing.B) {
 	// Room for every snapshot the benchmark mints: a full store refuses
 	// new ones (ristretto's admission), which is measured elsewhere.
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1_000_000})
+	store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1_000_000})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func BenchmarkSnapshotsLive(b *testing.B) {
 				b.Skip("a million snapshots take a minute to mint; make bench runs them")
 			}
 			before := liveHeap()
-			store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: int64(n)})
+			store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: int64(n)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,12 +9,12 @@ package decide
 import (
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // callTool decides the tools/call m. A denial decided on a newest-snapshot
@@ -115,13 +115,13 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 
 // checkTerms holds the arguments to the pinned inputSchema and the pinned
 // policy's constraints, and the call to its sequence rules.
-func (s *Server) checkTerms(d *decision, snap *cache.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
+func (s *Server) checkTerms(d *decision, snap *store.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
 	// Rules.
 	args, fail := s.schemas.checkArguments(digest, inputSchema, d.call)
 	if fail != nil {
 		return fail
 	}
-	// The snapshot is the call log it keeps (cache.Snapshot.Follows).
+	// The snapshot is the call log it keeps (store.Snapshot.Follows).
 	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Now: d.now, Snapshot: snap.Epoch, Log: snap, Counters: s.counters,
 		Arguments: d.call.Arguments, SchemaDigest: d.SchemaDigest, PolicyDigest: rule.Digest, Effect: rule.Effect, Approvals: s.approvals}
 	for _, t := range rule.Terms {
@@ -213,12 +213,12 @@ func asDenial(err error) *deny.Error {
 	return storeFailed(err)
 }
 
-var _ policy.CallLog = (*cache.Snapshot)(nil)
+var _ policy.CallLog = (*store.Snapshot)(nil)
 
 // staleRead decides a pinned call while the catalog is unavailable: only a
 // read, only if the operator allowed it, only on the last list still
 // showing the pinned definition, and audited as such.
-func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.List, catalogFail *deny.Error) *deny.Error {
+func (s *Server) staleRead(d *decision, r *Rules, pin store.Pin, list *catalog.List, catalogFail *deny.Error) *deny.Error {
 	if !s.freshness.AllowStaleReads || pin.Effect != policy.Read || list == nil {
 		return catalogFail
 	}
@@ -243,7 +243,7 @@ func (s *Server) staleRead(d *decision, r *Rules, pin cache.Pin, list *catalog.L
 // to be decided again on it: an agent that has just listed again through
 // another replica is held to what it was delivered. A call that names its
 // epoch, or that the store cannot serve, did not lag; nil then.
-func (s *Server) lagged(d *decision, fail *deny.Error) *cache.Snapshot {
+func (s *Server) lagged(d *decision, fail *deny.Error) *store.Snapshot {
 	if d.clientEpoch != "" || fail.Reason == deny.StoreUnavailable {
 		return nil
 	}
@@ -257,7 +257,7 @@ func (s *Server) lagged(d *decision, fail *deny.Error) *cache.Snapshot {
 // snapshotFor finds the snapshot a call is verified against: the one the
 // client names with x-capsnap-epoch, or else the newest for its principal,
 // server and session.
-func (s *Server) snapshotFor(d *decision) (*cache.Snapshot, *deny.Error) {
+func (s *Server) snapshotFor(d *decision) (*store.Snapshot, *deny.Error) {
 	if d.newest != nil {
 		return d.newest, nil
 	}
@@ -321,7 +321,7 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 // sends the caller back to planning: what this caller was delivered and
 // authorized against, never what the policy might grant in another
 // session.
-func (s *Server) allowedBy(snap *cache.Snapshot) []string {
+func (s *Server) allowedBy(snap *store.Snapshot) []string {
 	if !s.denials.ListAllowedTools {
 		return nil
 	}

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // listing is what the request half of a tools/list (the Check) hands its
@@ -187,7 +187,7 @@ func (s *Server) Aborted(ticket string, head ResponseHead) {
 }
 
 // epochHeaders tell the agent the snapshot a listing minted.
-func epochHeaders(snap *cache.Snapshot) [][2]string {
+func epochHeaders(snap *store.Snapshot) [][2]string {
 	return [][2]string{
 		{HeaderEpoch, snap.Epoch},
 		{HeaderValidUntil, snap.ValidUntil.UTC().Format(time.RFC3339)},
@@ -252,7 +252,7 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 		}
 		keep[i] = true
 		if earlier[t.Name] == "" {
-			snap.Pins = append(snap.Pins, cache.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
+			snap.Pins = append(snap.Pins, store.Pin{ToolID: t.Name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
 		}
 	}
 	if fail := s.store(d, snap); fail != nil {
@@ -332,7 +332,7 @@ func (s *Server) readListing(head ResponseHead, body []byte, id json.RawMessage)
 // continues returns the snapshot a page request with cursor continues: the
 // newest one for the same principal, server and session (Latest's key),
 // still valid, whose page's nextCursor was cursor.
-func (s *Server) continues(d *decision, cursor string) (*cache.Snapshot, bool, *deny.Error) {
+func (s *Server) continues(d *decision, cursor string) (*store.Snapshot, bool, *deny.Error) {
 	if cursor == "" {
 		return nil, false, nil
 	}

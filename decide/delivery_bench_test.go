@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/store"
 )
 
 // deliver225 is a fixture for the response path's benchmarks: a billing
@@ -43,7 +43,7 @@ func deliver225(tb testing.TB) (f *fixture, ticket string, defs []string) {
 		tb.Fatal(err)
 	}
 	// Room for every snapshot the benchmark mints, on the fixture's clock.
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1_000_000, Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
+	store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1_000_000, Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -4,21 +4,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/store"
 )
 
 // laggingStore is a shared store as a replica sees it in the millisecond
 // after another replica minted a newer snapshot: its Latest still names
 // the one before; LatestNow reads the store.
 type laggingStore struct {
-	*cache.Memory
-	lag *cache.Snapshot
+	*store.Memory
+	lag *store.Snapshot
 }
 
-var _ cache.Store = (*laggingStore)(nil)
+var _ store.Snapshots = (*laggingStore)(nil)
 
-func (l *laggingStore) Latest(principal, serverID, session string) (*cache.Snapshot, bool, error) {
+func (l *laggingStore) Latest(principal, serverID, session string) (*store.Snapshot, bool, error) {
 	if l.lag != nil {
 		return l.lag, true, nil
 	}
@@ -30,19 +30,19 @@ func (l *laggingStore) Latest(principal, serverID, session string) (*cache.Snaps
 // because this replica's pointer lags; a call naming its epoch is held to
 // that epoch.
 func TestDenialOnALaggingPointerIsDecidedAgain(t *testing.T) {
-	var store *laggingStore
+	var lagging *laggingStore
 	f := newFixture(t, func(o *Options) {
-		store = &laggingStore{Memory: o.Snapshots.(*cache.Memory)}
-		o.Snapshots = store
+		lagging = &laggingStore{Memory: o.Snapshots.(*store.Memory)}
+		o.Snapshots = lagging
 	})
 	first := f.list(t, support, "billing", nil)
-	old, _, _ := store.ByEpoch(first)
+	old, _, _ := lagging.ByEpoch(first)
 	f.billing.push(t, "testdata/catalog-description.json", nil) // refund redefined
 	if o := f.call(t, checkCase{Principal: support, ServerID: "billing", Body: callBody("refund")}); o.reason != deny.SchemaDrift {
 		t.Fatalf("after the redeploy: %q, want schema_drift", o.reason)
 	}
 	second := f.list(t, support, "billing", nil)
-	store.lag = old
+	lagging.lag = old
 	o := f.call(t, checkCase{Principal: support, ServerID: "billing", Body: callBody("refund")})
 	if o.reason != "" || o.upstream[HeaderEpoch] != second {
 		t.Fatalf("on a lagging pointer: %q under %s, want allowed under %s", o.reason, o.upstream[HeaderEpoch], second)

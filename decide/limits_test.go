@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/store"
 )
 
 // limitsFixture is the pack's billing catalog under testdata/limits'
@@ -147,14 +147,14 @@ func TestLimitsAudited(t *testing.T) {
 // With the counter store down, a call under a budget is denied
 // store_unavailable and one under none is not affected.
 func TestLimitsFailClosed(t *testing.T) {
-	var store *failingStore
+	var failing *failingStore
 	f := limitsFixture(t, func(o *Options) {
-		mem := o.Snapshots.(*cache.Memory)
-		store = &failingStore{Memory: mem}
-		o.Snapshots = store
+		mem := o.Snapshots.(*store.Memory)
+		failing = &failingStore{Memory: mem}
+		o.Snapshots = failing
 	})
 	f.list(t, auditor, "billing", nil)
-	store.fail = "Reserve"
+	failing.fail = "Reserve"
 	if o := f.call(t, refundOf(10)); o.reason != deny.StoreUnavailable {
 		t.Errorf("a budgeted call with the counters down: %q", o.reason)
 	}
@@ -167,7 +167,7 @@ func TestLimitsFailClosed(t *testing.T) {
 	if o := f.call(t, lookupAsAuditor); o.reason != "" {
 		t.Errorf("a call under no limit with the counters down: %q %s", o.reason, o.data.Detail)
 	}
-	store.fail = ""
+	failing.fail = ""
 	if o := f.call(t, refundOf(10)); o.reason != "" {
 		t.Errorf("with the store back: %q %s", o.reason, o.data.Detail)
 	}

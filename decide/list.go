@@ -8,9 +8,9 @@ package decide
 import (
 	"errors"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/store"
 )
 
 // listTools decides the tools/list m, one of msgs.
@@ -50,7 +50,7 @@ func (s *Server) mint(d *decision) *deny.Error {
 		if fail != nil {
 			continue // not granted, unclassified or unapproved: not in the snapshot
 		}
-		snap.Pins = append(snap.Pins, cache.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
+		snap.Pins = append(snap.Pins, store.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
 	}
 	return s.store(d, snap)
 }
@@ -59,12 +59,12 @@ func (s *Server) mint(d *decision) *deny.Error {
 // store's invalidation sequence, which every pin confirmed now carries.
 // The sequence is read before the live view is, so a change that lands
 // between the two voids the pin rather than slipping past it.
-func (s *Server) newSnapshot(d *decision) (*cache.Snapshot, *deny.Error) {
+func (s *Server) newSnapshot(d *decision) (*store.Snapshot, *deny.Error) {
 	seq, err := s.snapshots.Seq()
 	if err != nil {
 		return nil, storeFailed(err)
 	}
-	return &cache.Snapshot{
+	return &store.Snapshot{
 		Epoch: s.newEpoch(), Principal: d.Principal, ServerID: d.ServerID, Session: d.session,
 		ObservedAt: d.now, ValidUntil: d.now.Add(s.ttl), Seq: seq,
 	}, nil
@@ -72,9 +72,9 @@ func (s *Server) newSnapshot(d *decision) (*cache.Snapshot, *deny.Error) {
 
 // store puts a minted snapshot in the store: the decision's snapshot once
 // any replica can find it.
-func (s *Server) store(d *decision, snap *cache.Snapshot) *deny.Error {
+func (s *Server) store(d *decision, snap *store.Snapshot) *deny.Error {
 	if err := s.snapshots.Put(snap); err != nil {
-		if errors.Is(err, cache.ErrUnavailable) {
+		if errors.Is(err, store.ErrUnavailable) {
 			return storeFailed(err)
 		}
 		return deny.Errorf(deny.NoSnapshot, "could not store the snapshot: %v", err)

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/store"
 )
 
 const readonly = "spiffe://acme/agent/support-readonly"
@@ -236,9 +236,9 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 }
 
 // refusingStore is a snapshot store that is full: it admits nothing.
-type refusingStore struct{ cache.Backend }
+type refusingStore struct{ store.Backend }
 
-func (refusingStore) Put(*cache.Snapshot) error { return errors.New("store full") }
+func (refusingStore) Put(*store.Snapshot) error { return errors.New("store full") }
 
 // A snapshot that cannot be stored is a discovery that mints nothing: the
 // tools/list is denied rather than passed without evidence behind it.

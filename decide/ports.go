@@ -6,11 +6,11 @@ package decide
 import (
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Catalog is capsnap's live view of each server's tools: the seam between
@@ -22,10 +22,10 @@ type Catalog interface {
 // Store is the store of record: the snapshots, the calls logged under
 // them, the listings redeemed, and every principal's budgets and rate
 // limits (policy.Counters), in this process or shared by every replica.
-// It is one port, implemented whole (cache.Backend): a backend that lacks
+// It is one port, implemented whole (store.Backend): a backend that lacks
 // a part does not compile, and the decision never asks which parts a
 // store has.
-type Store = cache.Backend
+type Store = store.Backend
 
 // Approvals are the approvals people give, as an approval rule reads them
 // (policy.Approvals); approvals adapts the approval service to it.
@@ -39,10 +39,10 @@ type Signer interface {
 }
 
 // Each port and what implements it. The Redis store's check is in its own
-// package (cache/redis), which the decision does not import.
+// package (store/redis), which the decision does not import.
 var (
 	_ Catalog   = (*catalog.Catalog)(nil)
-	_ Store     = (*cache.Memory)(nil)
+	_ Store     = (*store.Memory)(nil)
 	_ Approvals = approvals{}
 	_ Signer    = (*envelope.Keys)(nil)
 )

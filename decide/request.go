@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -72,7 +72,7 @@ type decision struct {
 	liveDigest string
 	// snapshot is the snapshot minted (tools/list) or verified against
 	// (tools/call).
-	snapshot *cache.Snapshot
+	snapshot *store.Snapshot
 	// staleRead marks a read allowed on its snapshot alone while the
 	// catalog was unavailable.
 	staleRead bool
@@ -81,7 +81,7 @@ type decision struct {
 	allowedTools []string
 	// newest is the store's own newest snapshot, when a denial made on a
 	// lagging pointer is decided again (lagged).
-	newest *cache.Snapshot
+	newest *store.Snapshot
 	// envelopeID is the envelope's jti, which the audit line names;
 	// grantID that of the grant it is under, if any.
 	envelopeID, grantID string

@@ -13,12 +13,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/envelope"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Options configure a Server.
@@ -77,7 +77,7 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// NewEpoch makes snapshot epochs; nil means cache.NewEpoch. Tests
+	// NewEpoch makes snapshot epochs; nil means store.NewEpoch. Tests
 	// replace it to get stable golden responses.
 	NewEpoch func() string
 }
@@ -211,7 +211,7 @@ func New(o Options) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.newEpoch == nil {
-		s.newEpoch = cache.NewEpoch
+		s.newEpoch = store.NewEpoch
 	}
 	s.SetRules(o.Rules)
 	return s, nil
@@ -230,7 +230,7 @@ func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed 
 	}
 	s.metrics.invalidated(serverID, len(changed))
 	// A store that cannot record it now keeps it, and denies every
-	// decision, until it can (cache/redis).
+	// decision, until it can (store/redis).
 	_ = s.snapshots.Invalidate(serverID, changed)
 }
 

@@ -25,11 +25,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/mcpparse"
+	"github.com/capsnap/capsnap/store"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current responses")
@@ -125,7 +125,7 @@ func newFixture(t testing.TB, opts ...func(*Options)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000, Retain: time.Hour, Now: f.clock.now})
+	store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1000, Retain: time.Hour, Now: f.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,14 +11,14 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/envelope"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
-// The shared snapshot store (cache/redis) against the memory store, on a
+// The shared snapshot store (store/redis) against the memory store, on a
 // real redis-server: the Redis cases skip without $CAPSNAP_REDIS_SERVER
 // (make bench, make bench-smoke and make unit set it), so plain go test
 // needs no Redis.
@@ -28,7 +28,7 @@ import (
 //   - memory, redis: the snapshot is held by the deciding process (for
 //     Redis, a replica that minted or already read it). Redis still costs
 //     a round trip a Check here: refund's sequence rule is checked in
-//     Redis (cache/redis's Follows).
+//     Redis (store/redis's Follows).
 //   - memory_apart: as memory, but with the benchmark's timer stopped and
 //     started again before each Check, as the two cases below need: what
 //     that costs by itself, to compare them with.
@@ -55,7 +55,7 @@ func BenchmarkCheckStore(b *testing.B) {
 	b.Run("memory_fresh", func(b *testing.B) {
 		f := packFixture(b, discardAudit, func(o *Options) {
 			// Room for every snapshot minted, as in BenchmarkMint.
-			store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1_000_000, Retain: o.SnapshotTTL, Now: o.Now})
+			store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1_000_000, Retain: o.SnapshotTTL, Now: o.Now})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func BenchmarkSnapshotsRedis(b *testing.B) {
 		if err != nil || !ok {
 			b.Fatalf("snapshot %s: %v, %v", epochs[0], ok, err)
 		}
-		// cache/redis's key layout: a key per snapshot and a
+		// store/redis's key layout: a key per snapshot and a
 		// newest-snapshot pointer per principal, server and session.
 		keys := redis.Layout{Prefix: prefix}
 		snapKey := keys.Snapshot(epochs[0])
@@ -270,7 +270,7 @@ func usedMemory(b *testing.B, r *testbed.Redis) int64 {
 func memoryUsage(b *testing.B, r *testbed.Redis, key string) float64 {
 	n, err := r.MemoryUsage(key)
 	if err != nil {
-		b.Fatalf("%v: has cache/redis's key layout changed?", err)
+		b.Fatalf("%v: has store/redis's key layout changed?", err)
 	}
 	return float64(n)
 }

@@ -4,30 +4,30 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // failingStore is a shared store that cannot answer one kind of request.
 type failingStore struct {
-	*cache.Memory
+	*store.Memory
 	fail string
 }
 
 var (
-	_ cache.Store   = (*failingStore)(nil)
-	_ cache.CallLog = (*failingStore)(nil)
+	_ store.Snapshots = (*failingStore)(nil)
+	_ store.CallLog   = (*failingStore)(nil)
 )
 
 func (f *failingStore) err(op string) error {
 	if f.fail == op {
-		return fmt.Errorf("%w: %s timed out", cache.ErrUnavailable, op)
+		return fmt.Errorf("%w: %s timed out", store.ErrUnavailable, op)
 	}
 	return nil
 }
 
-func (f *failingStore) Put(s *cache.Snapshot) error {
+func (f *failingStore) Put(s *store.Snapshot) error {
 	if err := f.err("Put"); err != nil {
 		return err
 	}
@@ -39,14 +39,14 @@ func (f *failingStore) Put(s *cache.Snapshot) error {
 	return nil
 }
 
-func (f *failingStore) Latest(p, srv, sess string) (*cache.Snapshot, bool, error) {
+func (f *failingStore) Latest(p, srv, sess string) (*store.Snapshot, bool, error) {
 	if err := f.err("Latest"); err != nil {
 		return nil, false, err
 	}
 	return f.Memory.Latest(p, srv, sess)
 }
 
-func (f *failingStore) ByEpoch(e string) (*cache.Snapshot, bool, error) {
+func (f *failingStore) ByEpoch(e string) (*store.Snapshot, bool, error) {
 	if err := f.err("ByEpoch"); err != nil {
 		return nil, false, err
 	}
@@ -67,7 +67,7 @@ func (f *failingStore) ChangedAt(srv, tool string) (uint64, error) {
 	return f.Memory.ChangedAt(srv, tool)
 }
 
-func (f *failingStore) Follows(s *cache.Snapshot, tool string, after []string, record bool) (bool, error) {
+func (f *failingStore) Follows(s *store.Snapshot, tool string, after []string, record bool) (bool, error) {
 	if err := f.err("Follows"); err != nil {
 		return false, err
 	}
@@ -87,13 +87,13 @@ func TestStoreUnavailableDenies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fail, func(t *testing.T) {
-			var store *failingStore
+			var failing *failingStore
 			f := packFixture(t, func(o *Options) {
-				store = &failingStore{Memory: o.Snapshots.(*cache.Memory)}
-				o.Snapshots = store
+				failing = &failingStore{Memory: o.Snapshots.(*store.Memory)}
+				o.Snapshots = failing
 			})
 			if tt.step == "list" {
-				store.fail = tt.fail
+				failing.fail = tt.fail
 				resp, err := f.Check(t.Context(), checkCase{Principal: support, ServerID: "billing", Body: listBody}.request())
 				if err != nil {
 					t.Fatal(err)
@@ -122,7 +122,7 @@ func TestStoreUnavailableDenies(t *testing.T) {
 			}
 			epoch := f.list(t, support, "billing", nil)
 			f.call(t, argsCall("lookup_order", lookup))
-			store.fail = tt.fail
+			failing.fail = tt.fail
 			c := argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"duplicate_charge"}`)
 			if tt.step == "call by epoch" {
 				c.Headers = map[string]string{HeaderEpoch: epoch}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // A tools/list capsnap allows on the response path issues a listing ticket,
@@ -27,7 +27,7 @@ import (
 //
 // Envoy may send a listing's Check to one replica and its response to
 // another. A replica that redeems a ticket it is not watching records it
-// in the shared store (cache.Redemptions), and the replica that issued it
+// in the shared store (store.Redemptions), and the replica that issued it
 // asks there before it counts the ticket.
 
 const (
@@ -74,7 +74,7 @@ func ticketIDOf(ticket string) (ticketID, bool) {
 // come back.
 type unbound struct {
 	// shared is the store the replicas share, if it records redemptions.
-	shared cache.Redemptions
+	shared store.Redemptions
 	// paths are the configured servers', fixed at New: a route naming any
 	// other is denied before a ticket is issued.
 	paths map[string]*responsePath
@@ -111,7 +111,7 @@ type responsePath struct {
 	warned   bool
 }
 
-func newUnbound(servers []string, shared cache.Redemptions, m *Metrics, delivered bool) *unbound {
+func newUnbound(servers []string, shared store.Redemptions, m *Metrics, delivered bool) *unbound {
 	u := &unbound{
 		shared: shared, paths: make(map[string]*responsePath, len(servers)),
 		wake: make(chan struct{}, 1), watched: map[ticketID]*responsePath{},

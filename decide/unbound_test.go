@@ -14,9 +14,9 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/store"
 )
 
 // unboundCount is capsnap_delivery_unbound_total for server.
@@ -141,14 +141,14 @@ func TestRedeemedListingIsNotUnbound(t *testing.T) {
 }
 
 // sharedRedemptions is the shared store's record of redemptions, as
-// cache/redis keeps it, in memory.
+// store/redis keeps it, in memory.
 type sharedRedemptions struct {
 	mu   sync.Mutex
 	done map[string]bool
 	err  error
 }
 
-var _ cache.Redemptions = (*sharedRedemptions)(nil)
+var _ store.Redemptions = (*sharedRedemptions)(nil)
 
 func (r *sharedRedemptions) Redeem(tickets []string, _ time.Duration) error {
 	r.mu.Lock()
@@ -178,7 +178,7 @@ func (r *sharedRedemptions) Redeemed(tickets []string) ([]bool, error) {
 // sharedStore is a replica's own store whose redemptions are the ones
 // every replica of the test shares.
 type sharedStore struct {
-	cache.Backend
+	store.Backend
 	shared *sharedRedemptions
 }
 

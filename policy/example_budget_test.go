@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The daily cap of docs/POLICY.md: refunds of USD 200 under a USD 500
@@ -32,7 +32,7 @@ principals:
 		panic(err)
 	}
 	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 10, Now: func() time.Time { return now }})
+	store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 10, Now: func() time.Time { return now }})
 	if err != nil {
 		panic(err)
 	}

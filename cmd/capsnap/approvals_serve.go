@@ -33,7 +33,7 @@ func approvalsFor(cfg config.Config, p *policy.Policy) error {
 // API, or nil, nil with approvals off. Requests live where snapshots do:
 // in this process, or in the Redis every replica shares. Every request,
 // decision, use and lapse is a line of the audit trail.
-func openApprovals(cfg config.Config, st *store, auditLog, log zerolog.Logger, reg prometheus.Registerer) (*approval.Service, *http.Server, error) {
+func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger, reg prometheus.Registerer) (*approval.Service, *http.Server, error) {
 	a := cfg.Approvals
 	if a.Addr == "" {
 		return nil, nil, nil

@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/decide"
+	"github.com/capsnap/capsnap/store"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -55,7 +55,7 @@ func newAdminRig(t *testing.T, tokenFile string) *adminRig {
 		t.Fatal(err)
 	}
 	cat := catalog.New(srcs, catalog.Options{Logger: zerolog.Nop()})
-	store, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 10, Retain: time.Minute})
+	store, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 10, Retain: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

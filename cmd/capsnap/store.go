@@ -12,25 +12,25 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 )
 
-// store is the snapshot store the configuration names, the approval
+// backend is the store of record the configuration names, the approval
 // requests kept beside it, and the key of the listing tickets: random per
 // process for the memory store, derived from the shared secret for Redis,
 // whose replicas must open each other's.
-type store struct {
-	cache.Backend
+type backend struct {
+	store.Backend
 	approvals  approval.Store
 	listingKey []byte
 	close      func()
 }
 
-func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.Registerer) (*store, error) {
+func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.Registerer) (*backend, error) {
 	if cfg.Snapshots.Store != config.StoreRedis {
-		m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
+		m, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
 		if err != nil {
 			return nil, err
 		}
@@ -38,7 +38,7 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 			Namespace: "capsnap", Name: "snapshots_active",
 			Help: "Snapshots held in memory, including expired ones kept to answer snapshot_expired.",
 		}, func() float64 { return float64(m.Held()) }))
-		return &store{Backend: m, approvals: approval.NewMemory(approvalsKept), close: m.Close}, nil
+		return &backend{Backend: m, approvals: approval.NewMemory(approvalsKept), close: m.Close}, nil
 	}
 	rc := cfg.Snapshots.Redis
 	o, err := redisOptions(rc)
@@ -53,7 +53,7 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 	}
 	mac := hmac.New(sha256.New, o.Secret)
 	mac.Write([]byte("capsnap listing ticket key v1"))
-	return &store{Backend: r, approvals: redis.NewApprovals(r, approvalsKept), listingKey: mac.Sum(nil), close: r.Close}, nil
+	return &backend{Backend: r, approvals: redis.NewApprovals(r, approvalsKept), listingKey: mac.Sum(nil), close: r.Close}, nil
 }
 
 // redisOptions reads what the Redis store needs from files: the secret,

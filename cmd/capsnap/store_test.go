@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -103,7 +103,7 @@ func TestRedisTLSAndPassword(t *testing.T) {
 			switch {
 			case tt.ok && err != nil:
 				t.Fatalf("the store did not become available: %v", err)
-			case !tt.ok && !errors.Is(err, cache.ErrUnavailable):
+			case !tt.ok && !errors.Is(err, store.ErrUnavailable):
 				t.Fatalf("Seq = %v, want the store unavailable", err)
 			case !tt.ok:
 				t.Logf("refused, as it should be: %v", err)

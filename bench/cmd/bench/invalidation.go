@@ -20,8 +20,8 @@ import (
 
 	"github.com/capsnap/capsnap/bench/mcpload"
 	"github.com/capsnap/capsnap/bench/report"
-	storekeys "github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/examples/billing"
+	storekeys "github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -165,7 +165,7 @@ func summarizeTrials(inv *report.Invalidation) {
 
 // The shared snapshot store (issue 15): capsnap replicas sharing their
 // snapshots, invalidations and sequence-rule records in Redis
-// (cache/redis, snapshots.store: redis).
+// (store/redis, snapshots.store: redis).
 
 // redisSnapshots is capsnap's snapshots section (a YAML flow mapping) for
 // the store on the Redis at addr, its keys under prefix, and the secret
@@ -307,7 +307,7 @@ func replicaTrial(ctx context.Context, a, b authv3.AuthorizationClient, billingU
 	}
 }
 
-// storeSeq reads the store's invalidation sequence from Redis: cache/redis
+// storeSeq reads the store's invalidation sequence from Redis: store/redis
 // keeps it under key as "<incarnation>.<n>.<mac>".
 func storeSeq(ctx context.Context, c rueidis.Client, key string) (uint64, error) {
 	raw, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
@@ -319,7 +319,7 @@ func storeSeq(ctx context.Context, c rueidis.Client, key string) (uint64, error)
 	}
 	parts := strings.Split(raw, ".")
 	if len(parts) != 4 {
-		return 0, fmt.Errorf("redis %s = %q: not <incarnation>.<n>.<nonce>.<mac> (has cache/redis's record changed?)", key, raw)
+		return 0, fmt.Errorf("redis %s = %q: not <incarnation>.<n>.<nonce>.<mac> (has store/redis's record changed?)", key, raw)
 	}
 	return strconv.ParseUint(parts[1], 10, 64)
 }

@@ -1,18 +1,20 @@
-// Package cache holds capability snapshots: the immutable records minted
-// when a principal discovers a server's tools, which its later tool calls
-// are verified against.
+// Package store is capsnap's store of record: the capability snapshots,
+// the immutable records minted when a principal discovers a server's tools,
+// which its later tool calls are verified against, and all else capsnap
+// keeps across requests (Backend). Memory is one replica's; store/redis is
+// the one replicas share.
 //
 // A pin holds only for the full (server_id, tool_id, schema_digest,
 // principal, epoch) tuple of the snapshot that pinned it: the store
 // indexes snapshots by epoch, each snapshot names its principal and server
 // and pins each tool at one digest, and the caller holds a call to all of
 // them. A snapshot's pins live and die together: no pin is ever evicted on
-// its own, which a later call would misread as drift. Memory is bounded (ristretto) and every snapshot expires at its
-// valid_until.
+// its own, which a later call would misread as drift. Memory is bounded
+// (ristretto) and every snapshot expires at its valid_until.
 //
 // Beside the snapshots, a store keeps the counters of the policy's budgets
 // and rate limits (policy.Counters; counters.go), which span snapshots.
-package cache
+package store
 
 import (
 	"crypto/rand"
@@ -39,7 +41,7 @@ type Pin struct {
 	PolicyDigest string             `json:"policy_digest"`
 	// Seq is the store's invalidation sequence when the pin was
 	// confirmed: a tool the store saw change at a later sequence
-	// (Store.ChangedAt) changed after the pin, even if it changed back.
+	// (Snapshots.ChangedAt) changed after the pin, even if it changed back.
 	Seq uint64 `json:"seq"`
 }
 
@@ -121,14 +123,14 @@ func encode(prefix string, parts ...string) string {
 	return b.String()
 }
 
-// Store is where snapshots live, and what every replica sharing it must
+// Snapshots is where snapshots live, and what every replica sharing it must
 // agree on: which snapshots exist, which tools changed since a pin, and
 // which calls a sequence rule has seen. It is the seam between the
 // decision and the memory of one process or a store that several share.
 //
 // A read that finds nothing returns false and a nil error; an error means
 // the store cannot answer now (ErrUnavailable), and the caller must deny.
-type Store interface {
+type Snapshots interface {
 	// Put stores a new snapshot; it is findable as soon as Put returns.
 	Put(s *Snapshot) error
 	// ByEpoch returns the snapshot with that epoch, if it has not expired
@@ -186,14 +188,14 @@ type Redemptions interface {
 
 // Backend is the one store port: everything capsnap keeps across
 // requests, which a backend implements whole (Memory for one replica,
-// cache/redis for replicas that share it): snapshots and invalidations
-// (Store), the calls allowed under each snapshot (CallLog), the budgets'
+// store/redis for replicas that share it): snapshots and invalidations
+// (Snapshots), the calls allowed under each snapshot (CallLog), the budgets'
 // and rate limits' counters (policy.Counters) and the listing tickets
 // that came back (Redemptions). A backend that lacks a part does not
 // compile where it is opened, rather than deny every budgeted call at
-// run time; cache/storetest and cache/countertest are its contract.
+// run time; store/storetest and store/countertest are its contract.
 type Backend interface {
-	Store
+	Snapshots
 	CallLog
 	policy.Counters
 	Redemptions
@@ -204,7 +206,7 @@ var ErrUnavailable = errors.New("snapshot store unavailable")
 
 var _ Backend = (*Memory)(nil)
 
-// Memory is the in-process Store of a single replica, and its
+// Memory is the in-process store of a single replica: its Snapshots, and its
 // policy.Counters.
 type Memory struct {
 	snapshots *ristretto.Cache[string, *Snapshot]
@@ -243,7 +245,7 @@ type MemoryOptions struct {
 // NewMemory returns an empty store.
 func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.MaxSnapshots <= 0 {
-		return nil, errors.New("cache: MaxSnapshots must be positive")
+		return nil, errors.New("store: MaxSnapshots must be positive")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -259,7 +261,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 		OnEvict: func(*ristretto.Item[*Snapshot]) { m.held.Add(-1) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	// Two keys a snapshot: its session's latest, and the any-session one.
 	latest, err := ristretto.NewCache(&ristretto.Config[string, string]{
@@ -267,7 +269,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	})
 	if err != nil {
 		snaps.Close()
-		return nil, fmt.Errorf("cache: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	m.snapshots, m.latest = snaps, latest
 	return m, nil
@@ -279,11 +281,11 @@ func (m *Memory) Close() {
 	m.latest.Close()
 }
 
-// Put implements Store.
+// Put implements Snapshots.
 func (m *Memory) Put(s *Snapshot) error {
 	ttl := s.ValidUntil.Sub(m.now())
 	if ttl <= 0 {
-		return fmt.Errorf("cache: snapshot %s is already expired", s.Epoch)
+		return fmt.Errorf("store: snapshot %s is already expired", s.Epoch)
 	}
 	ttl += m.retain
 	s.calls = &calls{}
@@ -303,7 +305,7 @@ func (m *Memory) Put(s *Snapshot) error {
 		m.snapshots.Wait()
 	}
 	if !admitted {
-		return fmt.Errorf("cache: snapshot %s was not admitted", s.Epoch)
+		return fmt.Errorf("store: snapshot %s was not admitted", s.Epoch)
 	}
 	m.held.Add(1)
 	for _, k := range [...]string{LatestKey("", s.Principal, s.ServerID, s.Session), AnySessionKey(s.Principal, s.ServerID)} {
@@ -320,23 +322,23 @@ func (m *Memory) Put(s *Snapshot) error {
 // setAttempts bounds the tries of a set ristretto drops under contention.
 const setAttempts = 4
 
-// ByEpoch implements Store.
+// ByEpoch implements Snapshots.
 func (m *Memory) ByEpoch(epoch string) (*Snapshot, bool, error) {
 	s, ok := m.snapshots.Get(epoch)
 	return s, ok, nil
 }
 
-// Latest implements Store.
+// Latest implements Snapshots.
 func (m *Memory) Latest(principal, serverID, session string) (*Snapshot, bool, error) {
 	return m.byKey(LatestKey("", principal, serverID, session))
 }
 
-// LatestNow implements Store: the memory store has no copy to lag.
+// LatestNow implements Snapshots: the memory store has no copy to lag.
 func (m *Memory) LatestNow(principal, serverID, session string) (*Snapshot, bool, error) {
 	return m.Latest(principal, serverID, session)
 }
 
-// LatestInAnySession implements Store.
+// LatestInAnySession implements Snapshots.
 func (m *Memory) LatestInAnySession(principal, serverID string) (*Snapshot, bool, error) {
 	return m.byKey(AnySessionKey(principal, serverID))
 }
@@ -349,7 +351,7 @@ func (m *Memory) byKey(k string) (*Snapshot, bool, error) {
 	return m.ByEpoch(epoch)
 }
 
-// Invalidate implements Store.
+// Invalidate implements Snapshots.
 func (m *Memory) Invalidate(serverID string, tools []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -365,14 +367,14 @@ func (m *Memory) Invalidate(serverID string, tools []string) error {
 	return nil
 }
 
-// Seq implements Store.
+// Seq implements Snapshots.
 func (m *Memory) Seq() (uint64, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.seq, nil
 }
 
-// ChangedAt implements Store.
+// ChangedAt implements Snapshots.
 func (m *Memory) ChangedAt(serverID, tool string) (uint64, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

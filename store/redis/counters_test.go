@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/countertest"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/countertest"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -120,9 +120,9 @@ func TestCountersFailClosed(t *testing.T) {
 	}
 	waitFor(t, "a reservation to fail", func() bool {
 		_, err := a.Reserve(countertest.Charge("daily", 100))
-		return errors.Is(err, cache.ErrUnavailable)
+		return errors.Is(err, store.ErrUnavailable)
 	})
-	if err := a.Release("daily", u.At, 100); !errors.Is(err, cache.ErrUnavailable) {
+	if err := a.Release("daily", u.At, 100); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Release with Redis gone = %v", err)
 	}
 }

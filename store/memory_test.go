@@ -1,17 +1,17 @@
-package cache_test
+package store_test
 
 import (
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/countertest"
-	"github.com/capsnap/capsnap/cache/storetest"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/countertest"
+	"github.com/capsnap/capsnap/store/storetest"
 )
 
 func TestMemoryKeepsTheStoreContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Store {
-		m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000})
+		m, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestMemoryKeepsTheStoreContract(t *testing.T) {
 
 func TestMemoryKeepsTheCounterContract(t *testing.T) {
 	countertest.Run(t, func(t *testing.T, clock *countertest.Clock) policy.Counters {
-		m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 1000, Now: clock.Now})
+		m, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 1000, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

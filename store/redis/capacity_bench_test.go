@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -72,7 +72,7 @@ func capacity(b *testing.B, n, k int, where func(*redis.Options), nodes []*testb
 		return sum
 	}
 	before := used()
-	snaps := make([]*cache.Snapshot, n)
+	snaps := make([]*store.Snapshot, n)
 	for i := range snaps {
 		snaps[i] = minted(i, k)
 		if err := a.Put(snaps[i]); err != nil {
@@ -102,7 +102,7 @@ func capacity(b *testing.B, n, k int, where func(*redis.Options), nodes []*testb
 	}
 	put := commands(b, nodes...) - c0 - len(nodes) // less the INFOs
 	other, _ := openAt(b, where, prefix, quiet)
-	read := func(s *cache.Snapshot) {
+	read := func(s *store.Snapshot) {
 		if got, ok, err := other.Latest(s.Principal, s.ServerID, s.Session); err != nil || !ok || got.Epoch != s.Epoch {
 			b.Fatalf("the other replica's Latest = %v, %v", ok, err)
 		}
@@ -135,14 +135,14 @@ func capacity(b *testing.B, n, k int, where func(*redis.Options), nodes []*testb
 // minted is the i-th snapshot of k pins, as a tools/list mints it for an
 // agent's own session: tool names, digests and policy digests of real
 // length.
-func minted(i, k int) *cache.Snapshot {
+func minted(i, k int) *store.Snapshot {
 	now := time.Now()
-	s := &cache.Snapshot{
-		Epoch: cache.NewEpoch(), Principal: fmt.Sprintf("spiffe://acme.example/ns/agents/sa/agent-%06d", i), ServerID: "billing",
+	s := &store.Snapshot{
+		Epoch: store.NewEpoch(), Principal: fmt.Sprintf("spiffe://acme.example/ns/agents/sa/agent-%06d", i), ServerID: "billing",
 		Session: digest("session", i)[:32], ObservedAt: now, ValidUntil: now.Add(5 * time.Minute), Seq: 42,
 	}
 	for j := range k {
-		s.Pins = append(s.Pins, cache.Pin{
+		s.Pins = append(s.Pins, store.Pin{
 			ToolID: fmt.Sprintf("billing_tool_%02d", j), SchemaDigest: "sha256:" + digest("schema", j),
 			Effect: policy.Write, PolicyDigest: "sha256:" + digest("policy", j), Seq: 41,
 		})

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 )
 
 // slot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag,
@@ -89,7 +89,7 @@ func TestOneOperationOneSlot(t *testing.T) {
 		}
 		spread := map[uint16]bool{}
 		for range 64 {
-			e := cache.NewEpoch()
+			e := store.NewEpoch()
 			spread[slot(l.Snapshot(e))] = true
 			spread[slot(l.Latest(e, "billing", ""))] = true
 			spread[slot(l.Redeemed(e))] = true

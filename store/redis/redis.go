@@ -1,4 +1,4 @@
-// Package redis is the cache.Store that several capsnap replicas share,
+// Package redis is the store.Snapshots that several capsnap replicas share,
 // kept in Redis (or Valkey): a snapshot minted on any replica is verified
 // on any other with the same verdict, a list_changed any replica sees voids
 // the changed tools' pins on all of them, sequence rules see the calls
@@ -21,7 +21,7 @@
 // each budget or rate limit.
 //
 // The store fails closed: when Redis cannot be reached, or answers slower
-// than Options.Timeout, every read and write returns cache.ErrUnavailable
+// than Options.Timeout, every read and write returns store.ErrUnavailable
 // until a probe succeeds again. A Redis that comes back empty has a new
 // incarnation, whose records no snapshot of the old one matches; so has
 // one whose invalidation sequence went back (a failover that lost
@@ -47,8 +47,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/internal/bounded"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Options configure a Store. Exactly one of Addr, Cluster and Sentinel
@@ -104,14 +104,14 @@ type Sentinel struct {
 	Username, Password string
 }
 
-// Store is a cache.Store on Redis.
+// Store is a store.Snapshots on Redis.
 type Store struct {
 	o    Options
 	seal *sealer
 	keys Layout
 	// where is Redis, for logs and errors.
 	where string
-	local *ristretto.Cache[string, *cache.Snapshot]
+	local *ristretto.Cache[string, *store.Snapshot]
 	// known are the calls this replica has seen recorded in Redis, by
 	// incarnation, epoch and tool (knownKey). A call's record is never
 	// removed while its snapshot lives, so a sequence rule once seen
@@ -157,7 +157,7 @@ type Store struct {
 }
 
 var (
-	_ cache.Backend = (*Store)(nil)
+	_ store.Backend = (*Store)(nil)
 )
 
 // Open returns a Store and starts probing Redis. It returns without
@@ -178,7 +178,7 @@ func Open(o Options) (*Store, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	local, err := ristretto.NewCache(&ristretto.Config[string, *cache.Snapshot]{
+	local, err := ristretto.NewCache(&ristretto.Config[string, *store.Snapshot]{
 		NumCounters: 10 * o.MaxLocal, MaxCost: o.MaxLocal, BufferItems: 64, IgnoreInternalCost: true,
 	})
 	if err != nil {

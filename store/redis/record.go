@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The kinds of record a store writes. Each MAC covers its kind, so a
@@ -153,10 +153,10 @@ type snapshotRecord struct {
 	ValidUntil int64       `json:"u"`
 	Seq        uint64      `json:"q"`
 	NextCursor string      `json:"c,omitempty"`
-	Pins       []cache.Pin `json:"t"`
+	Pins       []store.Pin `json:"t"`
 }
 
-func (s *sealer) sealSnapshot(inc string, snap *cache.Snapshot) (string, error) {
+func (s *sealer) sealSnapshot(inc string, snap *store.Snapshot) (string, error) {
 	body, err := json.Marshal(snapshotRecord{
 		Principal: snap.Principal, ServerID: snap.ServerID, Session: snap.Session,
 		ObservedAt: snap.ObservedAt.UnixNano(), ValidUntil: snap.ValidUntil.UnixNano(),
@@ -168,7 +168,7 @@ func (s *sealer) sealSnapshot(inc string, snap *cache.Snapshot) (string, error) 
 	return s.mac(kindSnapshot, inc, snap.Epoch, string(body)) + "." + string(body), nil
 }
 
-func (s *sealer) openSnapshot(inc, epoch, raw string) (*cache.Snapshot, bool) {
+func (s *sealer) openSnapshot(inc, epoch, raw string) (*store.Snapshot, bool) {
 	m, body, ok := strings.Cut(raw, ".")
 	if !ok || !s.verify(m, kindSnapshot, inc, epoch, body) {
 		return nil, false
@@ -177,7 +177,7 @@ func (s *sealer) openSnapshot(inc, epoch, raw string) (*cache.Snapshot, bool) {
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		return nil, false
 	}
-	return &cache.Snapshot{
+	return &store.Snapshot{
 		Epoch: epoch, Principal: r.Principal, ServerID: r.ServerID, Session: r.Session,
 		ObservedAt: time.Unix(0, r.ObservedAt), ValidUntil: time.Unix(0, r.ValidUntil),
 		Seq: r.Seq, NextCursor: r.NextCursor, Pins: r.Pins,

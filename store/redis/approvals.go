@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The approvals replicas share: approval.Store on the Store's connection,
@@ -207,7 +207,7 @@ func (c conn) update(raw string, r approval.Request, now time.Time) (bool, error
 
 // contended is an operation that lost every compare-and-set it tried.
 func contended(op, what string) error {
-	return fmt.Errorf("%w: redis: approval %s %s: changed by others %d times", cache.ErrUnavailable, op, what, attempts)
+	return fmt.Errorf("%w: redis: approval %s %s: changed by others %d times", store.ErrUnavailable, op, what, attempts)
 }
 
 // Open implements approval.Store.

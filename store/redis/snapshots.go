@@ -9,14 +9,14 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Snapshots and the newest-snapshot pointers: written to Redis, read
 // through this replica's copies.
 
-// Put implements cache.Store.
-func (s *Store) Put(snap *cache.Snapshot) error {
+// Put implements store.Snapshots.
+func (s *Store) Put(snap *store.Snapshot) error {
 	ttl := snap.ValidUntil.Sub(s.o.Now())
 	if ttl <= 0 {
 		return fmt.Errorf("redis: snapshot %s is already expired", snap.Epoch)
@@ -25,7 +25,7 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(snap.Pins, func(a, b cache.Pin) int { return strings.Compare(a.ToolID, b.ToolID) })
+	slices.SortFunc(snap.Pins, func(a, b store.Pin) int { return strings.Compare(a.ToolID, b.ToolID) })
 	rec, err := s.seal.sealSnapshot(v.incarnation, snap)
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func (s *Store) Put(snap *cache.Snapshot) error {
 	// under the old incarnation, where no replica can read it: this one
 	// must not keep it either.
 	if now, _, err := s.current(); err != nil || now.incarnation != v.incarnation {
-		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", cache.ErrUnavailable, s.where)
+		return fmt.Errorf("%w: redis %s restarted while the snapshot was written", store.ErrUnavailable, s.where)
 	}
 	snap.Keep(s)
 	s.local.SetWithTTL(snap.Epoch, snap, 1, keep)
@@ -96,8 +96,8 @@ func (s *Store) movedHere(key string) bool {
 	return ok && s.o.Now().Before(until)
 }
 
-// ByEpoch implements cache.Store.
-func (s *Store) ByEpoch(epoch string) (*cache.Snapshot, bool, error) {
+// ByEpoch implements store.Snapshots.
+func (s *Store) ByEpoch(epoch string) (*store.Snapshot, bool, error) {
 	v, c, err := s.current()
 	if err != nil {
 		return nil, false, err
@@ -105,7 +105,7 @@ func (s *Store) ByEpoch(epoch string) (*cache.Snapshot, bool, error) {
 	return s.byEpoch(v, c, epoch)
 }
 
-func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapshot, bool, error) {
+func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*store.Snapshot, bool, error) {
 	if snap, ok := s.local.Get(epoch); ok {
 		return snap, true, nil
 	}
@@ -133,18 +133,18 @@ func (s *Store) byEpoch(v *view, c rueidis.Client, epoch string) (*cache.Snapsho
 	return snap, true, nil
 }
 
-// Latest implements cache.Store.
-func (s *Store) Latest(principal, serverID, session string) (*cache.Snapshot, bool, error) {
+// Latest implements store.Snapshots.
+func (s *Store) Latest(principal, serverID, session string) (*store.Snapshot, bool, error) {
 	return s.byPointer(s.keys.Latest(principal, serverID, session), false)
 }
 
-// LatestNow implements cache.Store.
-func (s *Store) LatestNow(principal, serverID, session string) (*cache.Snapshot, bool, error) {
+// LatestNow implements store.Snapshots.
+func (s *Store) LatestNow(principal, serverID, session string) (*store.Snapshot, bool, error) {
 	return s.byPointer(s.keys.Latest(principal, serverID, session), true)
 }
 
-// LatestInAnySession implements cache.Store.
-func (s *Store) LatestInAnySession(principal, serverID string) (*cache.Snapshot, bool, error) {
+// LatestInAnySession implements store.Snapshots.
+func (s *Store) LatestInAnySession(principal, serverID string) (*store.Snapshot, bool, error) {
 	return s.byPointer(s.keys.AnySession(principal, serverID), false)
 }
 
@@ -155,7 +155,7 @@ func (s *Store) LatestInAnySession(principal, serverID string) (*cache.Snapshot,
 // must be current (now), skips the cache: the invalidation of a copy may
 // come after this replica's own write has returned (it tracks on one
 // connection and writes on another).
-func (s *Store) byPointer(key string, now bool) (*cache.Snapshot, bool, error) {
+func (s *Store) byPointer(key string, now bool) (*store.Snapshot, bool, error) {
 	v, c, err := s.current()
 	if err != nil {
 		return nil, false, err

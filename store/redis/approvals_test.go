@@ -8,8 +8,8 @@ import (
 
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/approval/approvaltest"
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -140,21 +140,21 @@ func TestApprovalsFailClosed(t *testing.T) {
 	}
 	waitFor(t, "the store to be unavailable", func() bool {
 		_, err := st.Get(req.ID, now)
-		return errors.Is(err, cache.ErrUnavailable)
+		return errors.Is(err, store.ErrUnavailable)
 	})
-	if _, ok, err := st.Consume(bind, now); ok || !errors.Is(err, cache.ErrUnavailable) {
+	if _, ok, err := st.Consume(bind, now); ok || !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Consume with Redis gone = %v, %v", ok, err)
 	}
-	if _, _, err := st.Open(approvaltest.Request(bind, now), now); !errors.Is(err, cache.ErrUnavailable) {
+	if _, _, err := st.Open(approvaltest.Request(bind, now), now); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Open with Redis gone = %v", err)
 	}
-	if _, err := st.Decide(req.ID, approval.Approver{ID: "alice@acme.example"}, false, "", now); !errors.Is(err, cache.ErrUnavailable) {
+	if _, err := st.Decide(req.ID, approval.Approver{ID: "alice@acme.example"}, false, "", now); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Decide with Redis gone = %v", err)
 	}
-	if _, err := st.List(approval.Filter{}, now); !errors.Is(err, cache.ErrUnavailable) {
+	if _, err := st.List(approval.Filter{}, now); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("List with Redis gone = %v", err)
 	}
-	if _, err := st.Expire(now); !errors.Is(err, cache.ErrUnavailable) {
+	if _, err := st.Expire(now); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Expire with Redis gone = %v", err)
 	}
 }

@@ -194,7 +194,7 @@ redis.call('SET', KEYS[1], ARGV[2])
 for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1]) end
 return 1`)
 
-// Invalidate implements cache.Store. An invalidation that cannot be written
+// Invalidate implements store.Snapshots. An invalidation that cannot be written
 // now is kept, and the store stays unavailable until it is written.
 func (s *Store) Invalidate(serverID string, tools []string) error {
 	s.mu.Lock()
@@ -260,7 +260,7 @@ func (s *Store) flushPending(ctx context.Context) error {
 	}
 }
 
-// Seq implements cache.Store.
+// Seq implements store.Snapshots.
 func (s *Store) Seq() (uint64, error) {
 	v, _, err := s.current()
 	if err != nil {
@@ -269,7 +269,7 @@ func (s *Store) Seq() (uint64, error) {
 	return v.seq, nil
 }
 
-// ChangedAt implements cache.Store.
+// ChangedAt implements store.Snapshots.
 func (s *Store) ChangedAt(serverID, tool string) (uint64, error) {
 	v, _, err := s.current()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Redeem implements cache.Redemptions: a key per ticket, its value a MAC
+// Redeem implements store.Redemptions: a key per ticket, its value a MAC
 // binding it to its key, so that write access to Redis alone cannot make
 // a listing that never came back look redeemed. All in one round trip.
 func (s *Store) Redeem(tickets []string, keep time.Duration) error {
@@ -33,7 +33,7 @@ func (s *Store) Redeem(tickets []string, keep time.Duration) error {
 	return nil
 }
 
-// Redeemed implements cache.Redemptions, in one round trip (on a cluster,
+// Redeemed implements store.Redemptions, in one round trip (on a cluster,
 // one to each node holding a ticket, at once). A record that
 // fails its MAC is audited and read as absent: the listing is then counted
 // as one that never came back, which is what a forged record hides.

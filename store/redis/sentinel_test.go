@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
-	"github.com/capsnap/capsnap/cache/storetest"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
+	"github.com/capsnap/capsnap/store/storetest"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -30,7 +30,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	a, prefix := openAt(t, at, "")
 	b, _ := openAt(t, at, prefix)
-	snap := storetest.Snapshot("agent", "billing", "s1", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	snap := storetest.Snapshot("agent", "billing", "s1", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 	storetest.Put(t, a, snap)
 	if err := a.Invalidate("billing", []string{"lookup_order"}); err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := start.Add(failoverBound)
-	for _, err := a.Seq(); !errors.Is(err, cache.ErrUnavailable); _, err = a.Seq() {
+	for _, err := a.Seq(); !errors.Is(err, store.ErrUnavailable); _, err = a.Seq() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the store did not fail closed with its master gone: %v", err)
 		}

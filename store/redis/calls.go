@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The calls a snapshot's sequence rules need, recorded in Redis and
@@ -27,8 +27,8 @@ if ARGV[1] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
 end
 return 1`)
 
-// Follows implements cache.CallLog.
-func (s *Store) Follows(snap *cache.Snapshot, tool string, after []string, record bool) (bool, error) {
+// Follows implements store.CallLog.
+func (s *Store) Follows(snap *store.Snapshot, tool string, after []string, record bool) (bool, error) {
 	now := s.o.Now()
 	record = record && now.Before(snap.ValidUntil)
 	if len(after) == 0 && !record {

@@ -1,4 +1,4 @@
-package cache
+package store
 
 import (
 	"cmp"
@@ -38,7 +38,7 @@ type slot struct{ start, amount int64 }
 // stopped counting out of the map.
 const sweepEvery = time.Minute
 
-var errCharge = errors.New("cache: a charge needs a positive window and slot, and a limit and amount of at least 0")
+var errCharge = errors.New("store: a charge needs a positive window and slot, and a limit and amount of at least 0")
 
 // Reserve implements policy.Counters.
 func (m *Memory) Reserve(c policy.Charge) (policy.Usage, error) {

@@ -1,11 +1,11 @@
-package cache_test
+package store_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // BudgetPolicy is a refund under one daily budget, too large for a
@@ -36,7 +36,7 @@ func BenchmarkMemoryBudget(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := cache.NewMemory(cache.MemoryOptions{MaxSnapshots: 10})
+	m, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: 10})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
-	"github.com/capsnap/capsnap/cache/storetest"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
+	"github.com/capsnap/capsnap/store/storetest"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -29,7 +29,7 @@ func TestClusterKeepsTheStoreContract(t *testing.T) {
 		return s
 	})
 	l := redis.Layout{Prefix: "capsnap:"}
-	epoch := cache.NewEpoch()
+	epoch := store.NewEpoch()
 	for _, key := range []string{l.Seq(), l.Invalidations(), l.Snapshot(epoch), l.Calls(epoch),
 		l.Latest("spiffe://acme/agent", "billing", "s1"), l.AnySession("a}b", "billing"), l.Redeemed("t1")} {
 		got, err := c.Nodes[0].Do("CLUSTER", "KEYSLOT", key)
@@ -80,7 +80,7 @@ func TestClusterReplicasAgree(t *testing.T) {
 		}
 	}
 
-	snap := storetest.Snapshot("agent", "billing", "s9", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	snap := storetest.Snapshot("agent", "billing", "s9", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 	storetest.Put(t, a, snap)
 	call := func() {
 		t.Helper()

@@ -1,5 +1,5 @@
-// Package storetest is the contract every cache.Backend keeps, as tests,
-// but for its counters (cache/countertest): the memory store of one
+// Package storetest is the contract every store.Backend keeps, as tests,
+// but for its counters (store/countertest): the memory store of one
 // replica and a store several replicas share are held to the same one, so
 // a decision never depends on which store it read.
 package storetest
@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Store is what the contract holds a store to: the one store port.
-type Store = cache.Backend
+type Store = store.Backend
 
 // Open returns a new, empty store; the test closes it through t.Cleanup.
 type Open func(t *testing.T) Store
@@ -43,14 +43,14 @@ func Run(t *testing.T, open Open) {
 }
 
 // Snapshot returns an unstored snapshot valid for ttl from now.
-func Snapshot(principal, server, session string, ttl time.Duration, pins ...cache.Pin) *cache.Snapshot {
+func Snapshot(principal, server, session string, ttl time.Duration, pins ...store.Pin) *store.Snapshot {
 	now := time.Now()
-	return &cache.Snapshot{Epoch: cache.NewEpoch(), Principal: principal, ServerID: server, Session: session,
+	return &store.Snapshot{Epoch: store.NewEpoch(), Principal: principal, ServerID: server, Session: session,
 		ObservedAt: now, ValidUntil: now.Add(ttl), Pins: pins}
 }
 
 // Put stores s or fails the test.
-func Put(t *testing.T, st cache.Store, s *cache.Snapshot) {
+func Put(t *testing.T, st store.Snapshots, s *store.Snapshot) {
 	t.Helper()
 	if err := st.Put(s); err != nil {
 		t.Fatalf("Put %s: %v", s.Epoch, err)
@@ -59,7 +59,7 @@ func Put(t *testing.T, st cache.Store, s *cache.Snapshot) {
 
 // Same fails the test unless got is want as stored: every field a decision
 // reads, whatever the store's encoding.
-func Same(t *testing.T, got, want *cache.Snapshot) {
+func Same(t *testing.T, got, want *store.Snapshot) {
 	t.Helper()
 	switch {
 	case got == nil:
@@ -75,8 +75,8 @@ func Same(t *testing.T, got, want *cache.Snapshot) {
 }
 
 func snapshotHoldsTheWholeTuple(t *testing.T, st Store) {
-	refund := cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp", Seq: 3}
-	lookup := cache.Pin{ToolID: "lookup_order", SchemaDigest: "sha256:bb", Effect: policy.Read, PolicyDigest: "sha256:qq", Seq: 2}
+	refund := store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp", Seq: 3}
+	lookup := store.Pin{ToolID: "lookup_order", SchemaDigest: "sha256:bb", Effect: policy.Read, PolicyDigest: "sha256:qq", Seq: 2}
 	s := Snapshot("agent-a", "billing", "sess-1", time.Minute, refund, lookup)
 	s.NextCursor, s.Seq = "page-2", 3
 	Put(t, st, s)
@@ -91,7 +91,7 @@ func snapshotHoldsTheWholeTuple(t *testing.T, st Store) {
 	if _, ok := got.Pin("create_invoice"); ok {
 		t.Error("found a pin for a tool the snapshot does not pin")
 	}
-	if _, ok, err := st.ByEpoch(cache.NewEpoch()); ok || err != nil {
+	if _, ok, err := st.ByEpoch(store.NewEpoch()); ok || err != nil {
 		t.Errorf("ByEpoch(another epoch) = %v, %v; want not found", ok, err)
 	}
 }
@@ -100,10 +100,10 @@ func latestPerPrincipalServerSession(t *testing.T, st Store) {
 	first := Snapshot("a", "billing", "s1", time.Minute)
 	second := Snapshot("a", "billing", "s1", time.Minute)
 	other := Snapshot("a", "billing", "s2", time.Minute)
-	for _, s := range []*cache.Snapshot{first, second, other} {
+	for _, s := range []*store.Snapshot{first, second, other} {
 		Put(t, st, s)
 	}
-	latest := func(p, srv, sess string) *cache.Snapshot {
+	latest := func(p, srv, sess string) *store.Snapshot {
 		t.Helper()
 		got, ok, err := st.Latest(p, srv, sess)
 		if err != nil || ok != (got != nil) {
@@ -139,9 +139,9 @@ func expiredSnapshotIsRefused(t *testing.T, st Store) {
 }
 
 func largeSnapshotKeepsEveryPin(t *testing.T, st Store) {
-	var pins []cache.Pin
+	var pins []store.Pin
 	for i := range 5000 {
-		pins = append(pins, cache.Pin{ToolID: fmt.Sprintf("tool_%04d", i), SchemaDigest: "sha256:aa", Effect: policy.Read})
+		pins = append(pins, store.Pin{ToolID: fmt.Sprintf("tool_%04d", i), SchemaDigest: "sha256:aa", Effect: policy.Read})
 	}
 	s := Snapshot("a", "billing", "", time.Minute, pins...)
 	Put(t, st, s)
@@ -210,7 +210,7 @@ func callsAreRecordedPerSnapshot(t *testing.T, st Store) {
 	b := Snapshot("a", "billing", "", time.Minute)
 	Put(t, st, a)
 	Put(t, st, b)
-	follows := func(s *cache.Snapshot, tool string, after []string, record bool) bool {
+	follows := func(s *store.Snapshot, tool string, after []string, record bool) bool {
 		t.Helper()
 		ok, err := st.Follows(s, tool, after, record)
 		if err != nil {
@@ -290,8 +290,8 @@ func snapshotIsItsCallLog(t *testing.T, st Store) {
 		t.Fatalf("the call recorded through one copy is not seen through another: %v, %v", ok, err)
 	}
 	stray := Snapshot("a", "billing", "", time.Minute)
-	if ok, err := stray.Follows("lookup_order", nil, true); ok || !errors.Is(err, cache.ErrUnavailable) {
-		t.Fatalf("a snapshot no store took: %v, %v, want cache.ErrUnavailable", ok, err)
+	if ok, err := stray.Follows("lookup_order", nil, true); ok || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a snapshot no store took: %v, %v, want store.ErrUnavailable", ok, err)
 	}
 }
 
@@ -299,14 +299,14 @@ func snapshotIsItsCallLog(t *testing.T, st Store) {
 // and one never redeemed is not: the replica that issued a ticket counts
 // it as lost only when no replica redeemed it.
 func redemptionsAreKeptForTheirTime(t *testing.T, st Store) {
-	short, long := "short-"+cache.NewEpoch(), "long-"+cache.NewEpoch()
+	short, long := "short-"+store.NewEpoch(), "long-"+store.NewEpoch()
 	if err := st.Redeem([]string{short}, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Redeem([]string{long}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.Redeemed([]string{short, "never-" + cache.NewEpoch(), long})
+	got, err := st.Redeemed([]string{short, "never-" + store.NewEpoch(), long})
 	if err != nil || !slices.Equal(got, []bool{true, false, true}) {
 		t.Fatalf("Redeemed = %v, %v; want [true false true]", got, err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // The connection to Redis and the store's health: probing, failing closed
@@ -144,7 +144,7 @@ func (s *Store) healthyClient() (rueidis.Client, error) {
 }
 
 func (s *Store) unavailable() error {
-	return fmt.Errorf("%w: redis %s: %v", cache.ErrUnavailable, s.where, *s.lastErr.Load())
+	return fmt.Errorf("%w: redis %s: %v", store.ErrUnavailable, s.where, *s.lastErr.Load())
 }
 
 func (s *Store) rejected(kind, key string) {

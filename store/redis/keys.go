@@ -69,7 +69,7 @@ func (l Layout) AnySession(principal, serverID string) string {
 	return l.pointerKey("any", principal, serverID, "")
 }
 
-// pointerKey is key(kind, cache.AnySessionKey(principal, serverID), rest)
+// pointerKey is key(kind, store.AnySessionKey(principal, serverID), rest)
 // made in one allocation: every tools/call reads a pointer.
 func (l Layout) pointerKey(kind, principal, serverID, rest string) string {
 	var pn, sn, tn [20]byte

@@ -3,7 +3,7 @@ package redis
 import (
 	"testing"
 
-	"github.com/capsnap/capsnap/cache"
+	"github.com/capsnap/capsnap/store"
 )
 
 // A pointer's key, made in one allocation, is the key its tag names.
@@ -14,11 +14,11 @@ func TestPointerKey(t *testing.T) {
 		for _, a := range names {
 			for _, b := range names {
 				for _, s := range names {
-					if got, want := l.Latest(a, b, s), l.key("latest", cache.AnySessionKey(a, b), s); got != want {
+					if got, want := l.Latest(a, b, s), l.key("latest", store.AnySessionKey(a, b), s); got != want {
 						t.Fatalf("Latest(%q, %q, %q) = %q, want %q", a, b, s, got, want)
 					}
 				}
-				if got, want := l.AnySession(a, b), l.key("any", cache.AnySessionKey(a, b), ""); got != want {
+				if got, want := l.AnySession(a, b), l.key("any", store.AnySessionKey(a, b), ""); got != want {
 					t.Fatalf("AnySession(%q, %q) = %q, want %q", a, b, got, want)
 				}
 			}

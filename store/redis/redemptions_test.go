@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -62,9 +62,9 @@ func TestRedemptionsAreShared(t *testing.T) {
 	}
 	waitFor(t, "the store to be unavailable", func() bool {
 		_, err := b.Redeemed([]string{"ticket-two"})
-		return errors.Is(err, cache.ErrUnavailable)
+		return errors.Is(err, store.ErrUnavailable)
 	})
-	if err := a.Redeem([]string{"ticket-three"}, time.Second); !errors.Is(err, cache.ErrUnavailable) {
+	if err := a.Redeem([]string{"ticket-three"}, time.Second); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Redeem with Redis gone: %v", err)
 	}
 }

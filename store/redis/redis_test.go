@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/cache"
-	"github.com/capsnap/capsnap/cache/redis"
-	"github.com/capsnap/capsnap/cache/storetest"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/redis"
+	"github.com/capsnap/capsnap/store/storetest"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -91,7 +91,7 @@ func TestReplicasAgree(t *testing.T) {
 }
 
 func replicasAgree(t *testing.T, a, b *replica) {
-	refund := cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp"}
+	refund := store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa", Effect: policy.MoneyMove, PolicyDigest: "sha256:pp"}
 	first := storetest.Snapshot("agent", "billing", "s1", time.Minute, refund)
 	storetest.Put(t, a, first)
 	got, ok, err := b.Latest("agent", "billing", "s1")
@@ -136,7 +136,7 @@ func TestHotPathStaysLocal(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, prefix := open(t, r, "")
 	b, _ := open(t, r, prefix, func(o *redis.Options) { o.ProbeInterval = time.Hour })
-	snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 	storetest.Put(t, a, snap)
 	call := func() {
 		t.Helper()
@@ -254,7 +254,7 @@ func sentExcept(before, after map[string]int, ignored ...string) int {
 func TestForgedRecordsAreRejected(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, prefix := open(t, r, "")
-	snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 	storetest.Put(t, a, snap)
 	// B has no local copies: it reads what is in Redis.
 	b, _ := open(t, r, prefix)
@@ -317,7 +317,7 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 	mustDo(t, r, "SET", redis.Layout{Prefix: prefix}.Seq(), "x.0.nonce.forged")
 	waitFor(t, "a forged sequence to make the store unavailable", func() bool {
 		_, err := b.Seq()
-		return errors.Is(err, cache.ErrUnavailable)
+		return errors.Is(err, store.ErrUnavailable)
 	})
 	// Another secret reads nothing of this one's.
 	other, err := redis.Open(redis.Options{Addr: r.Addr(), Secret: bytes.Repeat([]byte("x"), 32), KeyPrefix: prefix,
@@ -327,7 +327,7 @@ func TestForgedRecordsAreRejected(t *testing.T) {
 	}
 	defer other.Close()
 	time.Sleep(200 * time.Millisecond)
-	if _, err := other.Seq(); !errors.Is(err, cache.ErrUnavailable) {
+	if _, err := other.Seq(); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("a replica with another secret read the sequence: %v", err)
 	}
 }
@@ -389,10 +389,10 @@ func TestRedisGoneAndBackEmpty(t *testing.T) {
 	}
 	took := waitFor(t, "the store to be unavailable", func() bool {
 		_, _, err := a.ByEpoch(snap.Epoch)
-		return errors.Is(err, cache.ErrUnavailable)
+		return errors.Is(err, store.ErrUnavailable)
 	})
 	t.Logf("Redis killed: unavailable after %v", took)
-	if err := a.Put(storetest.Snapshot("agent", "billing", "", time.Minute)); !errors.Is(err, cache.ErrUnavailable) {
+	if err := a.Put(storetest.Snapshot("agent", "billing", "", time.Minute)); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Put while Redis is gone = %v", err)
 	}
 	if got := value(t, a.reg, "capsnap_store_up", ""); got != 0 {
@@ -420,13 +420,13 @@ func TestStalledRedisAndAPendingInvalidation(t *testing.T) {
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Invalidate("billing", []string{"refund"}); !errors.Is(err, cache.ErrUnavailable) {
+	if err := a.Invalidate("billing", []string{"refund"}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Invalidate on a stalled Redis = %v", err)
 	}
-	if _, err := a.Seq(); !errors.Is(err, cache.ErrUnavailable) {
+	if _, err := a.Seq(); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Seq with an invalidation unwritten = %v", err)
 	}
-	took := waitFor(t, "B to see the stall", func() bool { _, err := b.Seq(); return errors.Is(err, cache.ErrUnavailable) })
+	took := waitFor(t, "B to see the stall", func() bool { _, err := b.Seq(); return errors.Is(err, store.ErrUnavailable) })
 	t.Logf("Redis stalled: the other replica unavailable after %v", took)
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
@@ -467,7 +467,7 @@ func TestNewestPointerIsReadBack(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, prefix := open(t, r, "")
 	b, _ := open(t, r, prefix)
-	latest := func(st cache.Store, now bool) string {
+	latest := func(st store.Snapshots, now bool) string {
 		t.Helper()
 		get := st.Latest
 		if now {
@@ -525,7 +525,7 @@ func TestNewIncarnationForgetsWhatWasSeen(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the store to be unavailable", func() bool { _, err := a.Seq(); return errors.Is(err, cache.ErrUnavailable) })
+	waitFor(t, "the store to be unavailable", func() bool { _, err := a.Seq(); return errors.Is(err, store.ErrUnavailable) })
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestSequenceRewoundStartsANewIncarnation(t *testing.T) {
 			if err := a.Invalidate("billing", []string{"refund"}); err != nil {
 				t.Fatal(err)
 			}
-			snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+			snap := storetest.Snapshot("agent", "billing", "", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 			waitFor(t, "B to see A's invalidation", func() bool { n, err := b.Seq(); return err == nil && n == 1 })
 			snap.Seq, snap.Pins[0].Seq = 1, 1
 			storetest.Put(t, b, snap)
@@ -613,7 +613,7 @@ func TestSequenceRewoundStartsANewIncarnation(t *testing.T) {
 func TestLostInvalidationIsSeenByItsWriter(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, prefix := open(t, r, "", func(o *redis.Options) { o.ProbeInterval = time.Hour })
-	snap := storetest.Snapshot("agent", "billing", "", time.Minute, cache.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
+	snap := storetest.Snapshot("agent", "billing", "", time.Minute, store.Pin{ToolID: "refund", SchemaDigest: "sha256:aa"})
 	storetest.Put(t, a, snap)
 	seq := redis.Layout{Prefix: prefix}.Seq()
 	before, err := r.Do("GET", seq)
