@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/approval/approvaltest"
 	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/storetest"
 )
 
 // clock is a settable clock.
@@ -137,7 +137,7 @@ func newEnv(t *testing.T, auth approval.Authenticator, edit ...func(*approval.Co
 // open opens a request of agent's, with arguments that hold markup.
 func (e *env) open(t *testing.T, args string) approval.Request {
 	t.Helper()
-	req := approvaltest.Request(approvaltest.Binding(agent, args), e.clock.Now())
+	req := storetest.Request(storetest.Binding(agent, args), e.clock.Now())
 	r, err := e.svc.Open(req)
 	if err != nil {
 		t.Fatal(err)

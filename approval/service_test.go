@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/approval/approvaltest"
 	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/store/storetest"
 )
 
 // What the decision core does with an approval, end to end on one
@@ -21,8 +21,8 @@ import (
 // arguments needs its own. Each step is audited and counted.
 func TestServiceLifecycle(t *testing.T) {
 	e := newEnv(t, testTokens)
-	b := approvaltest.Binding(agent, "sha256:a1")
-	call := approvaltest.Request(b, time.Time{})
+	b := storetest.Binding(agent, "sha256:a1")
+	call := storetest.Request(b, time.Time{})
 	call.ID, call.State = "", ""
 
 	r, err := e.svc.Open(call)
@@ -152,7 +152,7 @@ func TestWebhook(t *testing.T) {
 	}))
 	defer recv.Close()
 	e := newEnv(t, testTokens, func(c *approval.Config) { c.Webhook.URL = recv.URL + "/services/T000/B000/XXX" })
-	req := approvaltest.Request(approvaltest.Binding("spiffe://acme/agent/<evil|click here>", "sha256:a1"), time.Time{})
+	req := storetest.Request(storetest.Binding("spiffe://acme/agent/<evil|click here>", "sha256:a1"), time.Time{})
 	r, err := e.svc.Open(req)
 	if err != nil {
 		t.Fatal(err)

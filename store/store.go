@@ -30,6 +30,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/policy"
 )
 
@@ -189,26 +190,37 @@ type Redemptions interface {
 // Backend is the one store port: everything capsnap keeps across
 // requests, which a backend implements whole (Memory for one replica,
 // store/redis for replicas that share it): snapshots and invalidations
-// (Snapshots), the calls allowed under each snapshot (CallLog), the budgets'
-// and rate limits' counters (policy.Counters) and the listing tickets
-// that came back (Redemptions). A backend that lacks a part does not
-// compile where it is opened, rather than deny every budgeted call at
-// run time; store/storetest and store/countertest are its contract.
+// (Snapshots), the calls allowed under each snapshot (CallLog), the
+// budgets' and rate limits' counters (policy.Counters), the listing
+// tickets that came back (Redemptions) and the approval requests people
+// decide (Approvals). A backend that lacks a part does not compile where
+// it is opened, rather than deny every budgeted or held call at run time;
+// store/storetest is its contract, one suite of a part each.
 type Backend interface {
 	Snapshots
 	CallLog
 	policy.Counters
 	Redemptions
+	// Approvals are the approval requests, kept where the snapshots are.
+	Approvals() approval.Store
 }
+
+// DefaultApprovalsKept is how long a decided, consumed or lapsed approval
+// request is kept, unless a backend's options say otherwise: readable
+// (capsnap approvals list, the page) for a day before the store drops it.
+const DefaultApprovalsKept = 24 * time.Hour
+
+// Approvals implements Backend: approval.Memory, in this process.
+func (m *Memory) Approvals() approval.Store { return m.approvals }
 
 // ErrUnavailable is wrapped by a store that cannot answer now.
 var ErrUnavailable = errors.New("snapshot store unavailable")
 
 var _ Backend = (*Memory)(nil)
 
-// Memory is the in-process store of a single replica: its Snapshots, and its
-// policy.Counters.
+// Memory is the in-process store of a single replica: the whole Backend.
 type Memory struct {
+	approvals *approval.Memory
 	snapshots *ristretto.Cache[string, *Snapshot]
 	// latest maps (principal, server, session) to its newest epoch, and
 	// expires with that snapshot.
@@ -238,6 +250,9 @@ type MemoryOptions struct {
 	// itself is decided by the caller against ValidUntil, never by
 	// whether the store still holds the snapshot.
 	Retain time.Duration
+	// ApprovalsKept is how long an approval request is kept past its
+	// expiry; zero means DefaultApprovalsKept.
+	ApprovalsKept time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -250,7 +265,10 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Memory{retain: o.Retain, now: o.Now, changed: map[string]map[string]uint64{}}
+	if o.ApprovalsKept <= 0 {
+		o.ApprovalsKept = DefaultApprovalsKept
+	}
+	m := &Memory{retain: o.Retain, now: o.Now, changed: map[string]map[string]uint64{}, approvals: approval.NewMemory(o.ApprovalsKept)}
 	// Every entry costs 1, so MaxCost counts entries: without
 	// IgnoreInternalCost ristretto adds its own per-entry size to each
 	// cost, and the store would hold a fiftieth of MaxSnapshots. Ten

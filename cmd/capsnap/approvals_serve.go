@@ -16,10 +16,6 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
-// approvalsKept is how long a decided, consumed or lapsed request stays
-// readable (approvals list, the page) before the store drops it.
-const approvalsKept = 24 * time.Hour
-
 // approvalsFor refuses a policy that holds calls for approval when
 // approvals are off: every such call would fail closed, unexplained.
 func approvalsFor(cfg config.Config, p *policy.Policy) error {
@@ -38,7 +34,7 @@ func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger,
 	if a.Addr == "" {
 		return nil, nil, nil
 	}
-	requests := st.approvals
+	requests := st.Approvals()
 	base := a.BaseURL
 	if base == "" {
 		base = "http://" + a.Addr

@@ -11,19 +11,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/store"
 	"github.com/capsnap/capsnap/store/redis"
 )
 
-// backend is the store of record the configuration names, the approval
-// requests kept beside it, and the key of the listing tickets: random per
+// backend is the store of record the configuration names (the approval
+// requests in it), and the key of the listing tickets: random per
 // process for the memory store, derived from the shared secret for Redis,
 // whose replicas must open each other's.
 type backend struct {
 	store.Backend
-	approvals  approval.Store
 	listingKey []byte
 	close      func()
 }
@@ -38,7 +36,7 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 			Namespace: "capsnap", Name: "snapshots_active",
 			Help: "Snapshots held in memory, including expired ones kept to answer snapshot_expired.",
 		}, func() float64 { return float64(m.Held()) }))
-		return &backend{Backend: m, approvals: approval.NewMemory(approvalsKept), close: m.Close}, nil
+		return &backend{Backend: m, close: m.Close}, nil
 	}
 	rc := cfg.Snapshots.Redis
 	o, err := redisOptions(rc)
@@ -53,7 +51,7 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 	}
 	mac := hmac.New(sha256.New, o.Secret)
 	mac.Write([]byte("capsnap listing ticket key v1"))
-	return &backend{Backend: r, approvals: redis.NewApprovals(r, approvalsKept), listingKey: mac.Sum(nil), close: r.Close}, nil
+	return &backend{Backend: r, listingKey: mac.Sum(nil), close: r.Close}, nil
 }
 
 // redisOptions reads what the Redis store needs from files: the secret,

@@ -71,6 +71,10 @@ func NewApprovals(s *Store, retain time.Duration) *Approvals {
 	return &Approvals{s: s, retain: retain}
 }
 
+// Approvals implements store.Backend: the approval requests in s's Redis,
+// kept Options.ApprovalsKept past their expiry.
+func (s *Store) Approvals() approval.Store { return s.approvals }
+
 func (a *Approvals) requestKey(id string) string  { return a.s.keys.ApprovalRequest(id) }
 func (a *Approvals) bindingKey(key string) string { return a.s.keys.ApprovalBinding(key) }
 func (a *Approvals) indexKey() string             { return a.s.keys.ApprovalIndex() }

@@ -7,19 +7,11 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/approval"
-	"github.com/capsnap/capsnap/approval/approvaltest"
 	"github.com/capsnap/capsnap/store"
 	"github.com/capsnap/capsnap/store/redis"
+	"github.com/capsnap/capsnap/store/storetest"
 	"github.com/capsnap/capsnap/testbed"
 )
-
-func TestApprovalsKeepTheStoreContract(t *testing.T) {
-	r := testbed.StartRedis(t)
-	approvaltest.Run(t, func(t *testing.T) approval.Store {
-		s, _ := open(t, r, "")
-		return redis.NewApprovals(s.Store, approvaltest.Retain)
-	})
-}
 
 // An approval granted through one replica is consumed through another,
 // once: the first replica then finds it consumed too.
@@ -30,12 +22,12 @@ func TestApprovalGrantedOnOneReplicaConsumedOnAnother(t *testing.T) {
 	a, b := redis.NewApprovals(ra.Store, time.Hour), redis.NewApprovals(rb.Store, time.Hour)
 
 	now := time.Now()
-	bind := approvaltest.Binding("spiffe://acme/agent/support", "sha256:a1")
-	req, opened, err := a.Open(approvaltest.Request(bind, now), now)
+	bind := storetest.Binding("spiffe://acme/agent/support", "sha256:a1")
+	req, opened, err := a.Open(storetest.Request(bind, now), now)
 	if err != nil || !opened {
 		t.Fatalf("Open on A: %v, %v", opened, err)
 	}
-	if again, opened, err := b.Open(approvaltest.Request(bind, now), now); err != nil || opened || again.ID != req.ID {
+	if again, opened, err := b.Open(storetest.Request(bind, now), now); err != nil || opened || again.ID != req.ID {
 		t.Fatalf("the agent's retry through B opened %s (%v, %v), want A's %s", again.ID, opened, err, req.ID)
 	}
 	if _, err := a.Decide(req.ID, approval.Approver{ID: "alice@acme.example"}, true, "", now); err != nil {
@@ -63,14 +55,14 @@ func TestForgedApprovalsAreRejected(t *testing.T) {
 	now := time.Now()
 	alice := approval.Approver{ID: "alice@acme.example"}
 
-	approved := approvaltest.Request(approvaltest.Binding("agent", "sha256:a1"), now)
+	approved := storetest.Request(storetest.Binding("agent", "sha256:a1"), now)
 	if _, _, err := st.Open(approved, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Decide(approved.ID, alice, true, "", now); err != nil {
 		t.Fatal(err)
 	}
-	pending := approvaltest.Request(approvaltest.Binding("agent", "sha256:a2"), now)
+	pending := storetest.Request(storetest.Binding("agent", "sha256:a2"), now)
 	if _, _, err := st.Open(pending, now); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +119,8 @@ func TestApprovalsFailClosed(t *testing.T) {
 	rs, _ := open(t, r, "")
 	st := redis.NewApprovals(rs.Store, time.Hour)
 	now := time.Now()
-	bind := approvaltest.Binding("agent", "sha256:a1")
-	req, _, err := st.Open(approvaltest.Request(bind, now), now)
+	bind := storetest.Binding("agent", "sha256:a1")
+	req, _, err := st.Open(storetest.Request(bind, now), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +137,7 @@ func TestApprovalsFailClosed(t *testing.T) {
 	if _, ok, err := st.Consume(bind, now); ok || !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Consume with Redis gone = %v, %v", ok, err)
 	}
-	if _, _, err := st.Open(approvaltest.Request(bind, now), now); !errors.Is(err, store.ErrUnavailable) {
+	if _, _, err := st.Open(storetest.Request(bind, now), now); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Open with Redis gone = %v", err)
 	}
 	if _, err := st.Decide(req.ID, approval.Approver{ID: "alice@acme.example"}, false, "", now); !errors.Is(err, store.ErrUnavailable) {

@@ -24,8 +24,8 @@ func onCluster(c *testbed.RedisCluster) func(*redis.Options) {
 // where each key lies.
 func TestClusterKeepsTheStoreContract(t *testing.T) {
 	c := testbed.StartRedisCluster(t, 3)
-	storetest.Run(t, func(t *testing.T) storetest.Store {
-		s, _ := openAt(t, onCluster(c), "")
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storetest.Store {
+		s, _ := openAt(t, onCluster(c), "", contract(clock))
 		return s
 	})
 	l := redis.Layout{Prefix: "capsnap:"}

@@ -9,18 +9,10 @@ import (
 
 	"github.com/capsnap/capsnap/policy"
 	"github.com/capsnap/capsnap/store"
-	"github.com/capsnap/capsnap/store/countertest"
 	"github.com/capsnap/capsnap/store/redis"
+	"github.com/capsnap/capsnap/store/storetest"
 	"github.com/capsnap/capsnap/testbed"
 )
-
-func TestKeepsTheCounterContract(t *testing.T) {
-	r := testbed.StartRedis(t)
-	countertest.Run(t, func(t *testing.T, clock *countertest.Clock) policy.Counters {
-		s, _ := open(t, r, "", func(o *redis.Options) { o.Now = clock.Now })
-		return s
-	})
-}
 
 // Two replicas on one Redis, 64 reservations of 100 at once against a
 // budget of 1000, whatever the interleaving: exactly 10 allowed. A replica
@@ -32,7 +24,7 @@ func TestReplicasShareCounters(t *testing.T) {
 	b, _ := open(t, r, prefix)
 	for round := range 5 {
 		counter := fmt.Sprintf("daily/%d", round)
-		allowed := countertest.Concurrent(t, []policy.Counters{a, b}, counter, 64)
+		allowed := storetest.Concurrent(t, []policy.Counters{a, b}, counter, 64)
 		if len(allowed) != 10 {
 			t.Fatalf("round %d: %d of 64 reservations allowed, want 10", round, len(allowed))
 		}
@@ -41,14 +33,14 @@ func TestReplicasShareCounters(t *testing.T) {
 		}
 		a.Close()
 		c, _ := open(t, r, prefix)
-		u, err := c.Reserve(countertest.Charge(counter, 100))
+		u, err := c.Reserve(storetest.Charge(counter, 100))
 		if err != nil || u.Allowed || u.Used != 1000 || u.RetryAfter <= 0 {
 			t.Fatalf("after a replica restart: %+v, %v; want denied with 1000 used and a retry", u, err)
 		}
 		if err := c.Release(counter, allowed[0].At, 100); err != nil {
 			t.Fatal(err)
 		}
-		if u, err := b.Reserve(countertest.Charge(counter, 100)); err != nil || !u.Allowed || u.Used != 900 {
+		if u, err := b.Reserve(storetest.Charge(counter, 100)); err != nil || !u.Allowed || u.Used != 900 {
 			t.Fatalf("after one was given back: %+v, %v; want allowed with 900 used", u, err)
 		}
 		a = c
@@ -66,7 +58,7 @@ func TestReservationIsOneRoundTrip(t *testing.T) {
 	a, _ := open(t, r, prefix, quiet)
 	reserve := func() policy.Usage {
 		t.Helper()
-		u, err := a.Reserve(countertest.Charge("spiffe://acme/agent\x00daily", 1))
+		u, err := a.Reserve(storetest.Charge("spiffe://acme/agent\x00daily", 1))
 		if err != nil || !u.Allowed {
 			t.Fatalf("Reserve = %+v, %v", u, err)
 		}
@@ -111,7 +103,7 @@ func TestReservationIsOneRoundTrip(t *testing.T) {
 func TestCountersFailClosed(t *testing.T) {
 	r := testbed.StartRedis(t)
 	a, _ := open(t, r, "")
-	u, err := a.Reserve(countertest.Charge("daily", 100))
+	u, err := a.Reserve(storetest.Charge("daily", 100))
 	if err != nil || !u.Allowed {
 		t.Fatalf("Reserve = %+v, %v", u, err)
 	}
@@ -119,7 +111,7 @@ func TestCountersFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a reservation to fail", func() bool {
-		_, err := a.Reserve(countertest.Charge("daily", 100))
+		_, err := a.Reserve(storetest.Charge("daily", 100))
 		return errors.Is(err, store.ErrUnavailable)
 	})
 	if err := a.Release("daily", u.At, 100); !errors.Is(err, store.ErrUnavailable) {
@@ -133,7 +125,7 @@ func BenchmarkReserve(b *testing.B) {
 	r := testbed.StartRedis(b)
 	s, _ := open(b, r, "")
 	b.ReportAllocs()
-	charge := countertest.Charge("spiffe://acme/agent/support-refund\x00daily_refunds", 0)
+	charge := storetest.Charge("spiffe://acme/agent/support-refund\x00daily_refunds", 0)
 	for b.Loop() {
 		if u, err := s.Reserve(charge); err != nil || !u.Allowed {
 			b.Fatal(u, err)

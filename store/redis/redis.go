@@ -89,9 +89,14 @@ type Options struct {
 	Audit zerolog.Logger
 	// Registerer, if set, gets the store's metrics.
 	Registerer prometheus.Registerer
+	// ApprovalsKept is how long an approval request is kept past its
+	// expiry; zero means store.DefaultApprovalsKept.
+	ApprovalsKept time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
+
+var _ store.Backend = (*Store)(nil)
 
 // Sentinel is a Redis master set that Sentinel watches and fails over.
 type Sentinel struct {
@@ -104,11 +109,13 @@ type Sentinel struct {
 	Username, Password string
 }
 
-// Store is a store.Snapshots on Redis.
+// Store is the store of record on Redis: the whole store.Backend.
 type Store struct {
-	o    Options
-	seal *sealer
-	keys Layout
+	o Options
+	// approvals are the approval requests, in the same Redis.
+	approvals *Approvals
+	seal      *sealer
+	keys      Layout
 	// where is Redis, for logs and errors.
 	where string
 	local *ristretto.Cache[string, *store.Snapshot]
@@ -178,6 +185,9 @@ func Open(o Options) (*Store, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.ApprovalsKept <= 0 {
+		o.ApprovalsKept = store.DefaultApprovalsKept
+	}
 	local, err := ristretto.NewCache(&ristretto.Config[string, *store.Snapshot]{
 		NumCounters: 10 * o.MaxLocal, MaxCost: o.MaxLocal, BufferItems: 64, IgnoreInternalCost: true,
 	})
@@ -188,6 +198,7 @@ func Open(o Options) (*Store, error) {
 		o: o, seal: newSealer(o.Secret), local: local, done: make(chan struct{}), movedKeys: map[string]time.Time{},
 		keys: Layout{o.KeyPrefix}, where: where, metrics: newMetrics(o.Registerer),
 	}
+	s.approvals = NewApprovals(s, o.ApprovalsKept)
 	s.dirty.Store(1)
 	s.setErr(errors.New("not connected yet"))
 	ctx, cancel := context.WithCancel(context.Background())

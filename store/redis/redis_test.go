@@ -72,10 +72,21 @@ func openAt(t testing.TB, where func(*redis.Options), prefix string, edit ...fun
 	return &replica{s, audit, reg}, prefix
 }
 
+// contract is how the contract's backends are opened: on its clock, if
+// it has one, keeping approval requests as long as it expects.
+func contract(clock *storetest.Clock) func(*redis.Options) {
+	return func(o *redis.Options) {
+		o.ApprovalsKept = storetest.Retain
+		if clock != nil {
+			o.Now = clock.Now
+		}
+	}
+}
+
 func TestKeepsTheStoreContract(t *testing.T) {
 	r := testbed.StartRedis(t)
-	storetest.Run(t, func(t *testing.T) storetest.Store {
-		s, _ := open(t, r, "")
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storetest.Store {
+		s, _ := open(t, r, "", contract(clock))
 		return s
 	})
 }

@@ -1,8 +1,9 @@
-// Package countertest is the contract every policy.Counters keeps, as
-// tests on a clock they control: the memory store of one replica and a
-// store several replicas share count the same window the same way, so a
-// budget allows and denies alike whichever a replica uses.
-package countertest
+// The counters' part of the contract: on a clock the tests control, the
+// memory store of one replica and a store several replicas share count the
+// same window the same way, so a budget allows and denies alike whichever
+// a replica uses.
+
+package storetest
 
 import (
 	"fmt"
@@ -29,10 +30,6 @@ func (c *Clock) Now() time.Time { return time.UnixMilli(c.ms.Load()) }
 
 // Advance moves the clock on by d.
 func (c *Clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
-// Open returns a new, empty store on clock; the test closes it through
-// t.Cleanup.
-type Open func(t *testing.T, clock *Clock) policy.Counters
 
 // Start is where each case's clock starts: on a slot boundary of the
 // window every case counts in (a minute, in slots of a second).
@@ -75,8 +72,8 @@ func release(at time.Duration, amount int64) step {
 	return step{counter: "a", release: true, releasedAt: at, amount: amount}
 }
 
-// Run runs the contract against the stores open makes.
-func Run(t *testing.T, open Open) {
+// runCounters runs the counters' part against the backends open makes.
+func runCounters(t *testing.T, open Open) {
 	ms := time.Millisecond
 	tests := []struct {
 		name  string

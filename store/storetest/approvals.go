@@ -1,8 +1,8 @@
-// Package approvaltest is the contract every approval.Store keeps, as
-// tests: the memory store of one replica and the Redis store replicas share
-// are held to the same one, so that an approval means the same whichever
-// store holds it.
-package approvaltest
+// The approvals' part of the contract: the memory store of one replica and
+// the Redis store replicas share are held to the same one, so that an
+// approval means the same whichever store holds it.
+
+package storetest
 
 import (
 	"encoding/json"
@@ -16,16 +16,12 @@ import (
 	"github.com/capsnap/capsnap/approval"
 )
 
-// Retain is how long past its Expires the stores under test keep a
-// request: Open must make stores that keep requests this long.
+// Retain is how long past its Expires the backends under test keep an
+// approval request: Open must make backends that keep them this long.
 const Retain = time.Hour
 
-// Open returns a new, empty store keeping requests Retain; the test closes
-// it through t.Cleanup.
-type Open func(t *testing.T) approval.Store
-
-// Run runs the contract against the stores open makes.
-func Run(t *testing.T, open Open) {
+// runApprovals runs the approvals' part against the backends open makes.
+func runApprovals(t *testing.T, open Open) {
 	tests := []struct {
 		name string
 		fn   func(*testing.T, approval.Store)
@@ -43,7 +39,7 @@ func Run(t *testing.T, open Open) {
 		{"RacesHaveOneWinner", racesHaveOneWinner},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t, nil).Approvals()) })
 	}
 }
 
@@ -161,7 +157,7 @@ func getReturnsWhatWasOpened(t *testing.T, st approval.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Same(t, got, req)
+	SameRequest(t, got, req)
 	for _, id := range []string{approval.NewID(), "", "not-an-id"} {
 		if _, err := st.Get(id, now); !errors.Is(err, approval.ErrNotFound) {
 			t.Errorf("Get(%q) = %v, want ErrNotFound", id, err)
@@ -169,9 +165,9 @@ func getReturnsWhatWasOpened(t *testing.T, st approval.Store) {
 	}
 }
 
-// Same fails the test unless got is want as stored: every field, the
+// SameRequest fails the test unless got is want as stored: every field, the
 // arguments byte for byte, the times to the millisecond.
-func Same(t *testing.T, got, want approval.Request) {
+func SameRequest(t *testing.T, got, want approval.Request) {
 	t.Helper()
 	eq := func(a, b time.Time) bool { return a.Equal(b) }
 	switch {
@@ -276,7 +272,7 @@ func decideKeepsTheRules(t *testing.T, st approval.Store) {
 			if got.State != want || got.DecidedBy != tt.by.ID || !got.DecidedAt.Equal(tt.at) || got.Reason != "looked at it" {
 				t.Fatalf("decided %+v", got)
 			}
-			Same(t, stored, got)
+			SameRequest(t, stored, got)
 			if _, err := st.Decide(tt.req.ID, oncall, !tt.approve, "", tt.at); !errors.Is(err, approval.ErrDecided) {
 				t.Fatalf("decided twice: %v", err)
 			}
