@@ -131,7 +131,38 @@ type Request struct {
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Reason is what the approver said, if anything.
 	Reason string `json:"reason,omitempty"`
+	// Change, set on a review of a changed tool definition rather than a
+	// held call, is what changed: its Binding binds the tool at the new
+	// digest (Principal ChangeReviewer, PolicyDigest the approved digest
+	// or "none", ArgsDigest "change").
+	Change *Change `json:"change,omitempty"`
 }
+
+// ChangeReviewer stands in a change review's Binding where a call's would
+// name its principal: no agent asks, capsnap does.
+const ChangeReviewer = "capsnap:change-control"
+
+// Change is what a reviewer of a changed tool definition is shown.
+type Change struct {
+	// From is the approved digest, "" for a tool seen the first time; To
+	// the digest under review.
+	From string `json:"from,omitempty"`
+	To   string `json:"to"`
+	// Diff is the change, as tooldiff.Diff marshals it.
+	Diff json.RawMessage `json:"diff"`
+	// Definition is the definition under review (its canonical governing
+	// members), cut to MaxChangeDefinition bytes.
+	Definition string `json:"definition"`
+	// Granted are the principal rules that grant the tool.
+	Granted []string `json:"granted,omitempty"`
+	// Wait is how long the review waits for a person, which Open uses in
+	// place of the service's PendingTTL.
+	Wait time.Duration `json:"wait"`
+}
+
+// MaxChangeDefinition bounds the definition a review shows and keeps: a
+// server cannot fill the store, or the reviewer's page, through one tool.
+const MaxChangeDefinition = 64 << 10
 
 // The errors a Store's operations return for a request they will not
 // change; any other error is the store failing to answer, on which every
@@ -196,6 +227,15 @@ func (a Approver) May(r Request) bool {
 // live reports whether r can still be decided or consumed at now.
 func (r Request) live(now time.Time) bool {
 	return (r.State == Pending || r.State == Approved) && now.Before(r.Expires)
+}
+
+// Holds reports whether a request opened for r's binding at now gets r
+// instead: r is pending or approved, unexpired, or r is a review of a
+// change that a reviewer rejected, whose rejection stands as long as the
+// store keeps it (a server that keeps listing the rejected definition
+// must not open a review per listing).
+func (r Request) Holds(now time.Time) bool {
+	return r.live(now) || (r.Change != nil && r.State == Denied)
 }
 
 // At is r as it stands at now: a pending or approved request past its

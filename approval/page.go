@@ -43,8 +43,14 @@ type pageData struct {
 	Approver string
 	Refresh  string
 
-	Request    *Request
-	Arguments  string
+	Request *Request
+	// Arguments are the call's, indented; for a review of a change, the
+	// definition under review.
+	Arguments string
+	// Changes are a review's changes, at most maxShownChanges, and
+	// ChangesCut how many more there are.
+	Changes    []shownChange
+	ChangesCut int
 	Created    string
 	Expires    string
 	TTL        string
@@ -145,10 +151,45 @@ func (h *handler) exchange(w http.ResponseWriter, r *http.Request, token, id str
 	})
 }
 
+// shownChange is one change of a review, as tooldiff.Diff marshals it.
+type shownChange struct {
+	Kind  string          `json:"kind"`
+	Field string          `json:"field"`
+	From  json.RawMessage `json:"from"`
+	To    json.RawMessage `json:"to"`
+	Words []struct {
+		Op   string `json:"op"`
+		Text string `json:"text"`
+	} `json:"words"`
+}
+
+// Was and Is are the change's old and new values as JSON text; none for a
+// change its Words show (a text edited in more than its spacing).
+func (c shownChange) Was() string { return c.value(c.From) }
+
+func (c shownChange) Is() string { return c.value(c.To) }
+
+func (c shownChange) value(v json.RawMessage) string {
+	for _, w := range c.Words {
+		if w.Op != "=" {
+			return ""
+		}
+	}
+	return string(v)
+}
+
+// maxShownChanges bounds the changes a review's page lists: a server
+// cannot make the page unreadable, or slow, through one tool.
+const maxShownChanges = 200
+
 func (h *handler) requestData(a Approver, req Request) pageData {
-	args := string(req.Arguments)
+	shown := req.Arguments
+	if req.Change != nil {
+		shown = json.RawMessage(req.Change.Definition)
+	}
+	args := string(shown)
 	var pretty bytes.Buffer
-	if json.Indent(&pretty, req.Arguments, "", "  ") == nil {
+	if json.Indent(&pretty, shown, "", "  ") == nil {
 		args = pretty.String()
 	}
 	now := h.s.c.Now()
@@ -158,6 +199,18 @@ func (h *handler) requestData(a Approver, req Request) pageData {
 		Created: when(req.Created, now), Expires: when(req.Expires, now),
 		CSRF:       h.csrfToken(a.ID, req.ID, now),
 		CanApprove: a.ID != req.Binding.Principal || req.SelfApprove,
+	}
+	if req.Change != nil {
+		var diff struct {
+			Changes []shownChange `json:"changes"`
+		}
+		_ = json.Unmarshal(req.Change.Diff, &diff) // capsnap wrote it; unreadable shows no list
+		d.Changes = diff.Changes
+		if len(d.Changes) > maxShownChanges {
+			d.Changes, d.ChangesCut = d.Changes[:maxShownChanges], len(d.Changes)-maxShownChanges
+		}
+		d.Outcome = changeOutcome(req)
+		return d
 	}
 	switch req.State {
 	case Approved:
@@ -170,6 +223,21 @@ func (h *handler) requestData(a Approver, req Request) pageData {
 		d.Outcome = "Expired: no one decided in time, or the approved call did not come. The agent's next call asks again."
 	}
 	return d
+}
+
+// changeOutcome says where a review of a change stands, once decided.
+func changeOutcome(req Request) string {
+	switch req.State {
+	case Approved:
+		return fmt.Sprintf("Approved by %s at %s. Agents get the new definition when they list again.", req.DecidedBy, stamp(req.DecidedAt))
+	case Consumed:
+		return fmt.Sprintf("Approved by %s at %s, and in force.", req.DecidedBy, stamp(req.DecidedAt))
+	case Denied:
+		return fmt.Sprintf("Rejected by %s at %s. The tool stays withheld while its server lists this definition.", req.DecidedBy, stamp(req.DecidedAt))
+	case Expired:
+		return "Expired: no one decided in time. The next listing that sees this definition opens a new review."
+	}
+	return ""
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }

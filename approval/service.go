@@ -119,7 +119,11 @@ func (s *Service) audit(e Event) {
 // its ID, URL(ID) and Expires.
 func (s *Service) Open(req Request) (Request, error) {
 	now := s.c.Now()
-	req.ID, req.Created, req.Expires, req.State = NewID(), now, now.Add(s.c.PendingTTL), Pending
+	pending := s.c.PendingTTL
+	if req.Change != nil && req.Change.Wait > 0 {
+		pending = req.Change.Wait
+	}
+	req.ID, req.Created, req.Expires, req.State = NewID(), now, now.Add(pending), Pending
 	req.DecidedBy, req.DecidedAt, req.Reason = "", time.Time{}, ""
 	r, opened, err := s.c.Store.Open(req, now)
 	if err != nil {

@@ -95,7 +95,7 @@ func (m *Memory) Open(req Request, now time.Time) (Request, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := req.Binding.Key()
-	if r, ok := m.byID[m.byBinding[key]]; ok && r.live(now) {
+	if r, ok := m.byID[m.byBinding[key]]; ok && r.Holds(now) {
 		return r.clone(), false, nil
 	}
 	req = req.clone()

@@ -237,10 +237,8 @@ func (a *Approvals) Open(req approval.Request, now time.Time) (approval.Request,
 		if err != nil {
 			return approval.Request{}, false, err
 		}
-		if ok && r.Binding == req.Binding {
-			if s := r.At(now).State; s == approval.Pending || s == approval.Approved {
-				return r, false, nil
-			}
+		if ok && r.Binding == req.Binding && r.Holds(now) {
+			return r, false, nil
 		}
 		ctx, cancel := a.s.ctx()
 		err = c.c.Do(ctx, c.c.B().Set().Key(a.requestKey(req.ID)).Value(val).Nx().Px(a.keep(req, now)).Build()).Error()

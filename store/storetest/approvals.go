@@ -34,6 +34,7 @@ func runApprovals(t *testing.T, open Open) {
 		{"ApprovalLivesItsTTL", approvalLivesItsTTL},
 		{"ConsumeIsSingleUseAndExact", consumeIsSingleUseAndExact},
 		{"ARequestAfterTheLastOneEnds", aRequestAfterTheLastOneEnds},
+		{"ARejectedChangeHoldsItsBinding", aRejectedChangeHoldsItsBinding},
 		{"ExpireMarksEachOnce", expireMarksEachOnce},
 		{"RequestsAreForgottenAfterRetain", requestsAreForgottenAfterRetain},
 		{"RacesHaveOneWinner", racesHaveOneWinner},
@@ -487,5 +488,34 @@ func racesHaveOneWinner(t *testing.T, st approval.Store) {
 		return ok
 	}); won != 1 {
 		t.Fatalf("%d racing Consumes of one approval: %d consumed it, want 1", n, won)
+	}
+}
+
+// Review returns a pending review of a change of billing/refund to digest.
+func Review(to string, now time.Time) approval.Request {
+	r := Request(approval.Binding{Principal: approval.ChangeReviewer, Server: "billing", Tool: "refund",
+		SchemaDigest: to, PolicyDigest: "sha256:01", ArgsDigest: "change"}, now)
+	r.Arguments = nil
+	r.Change = &approval.Change{From: "sha256:01", To: to, Diff: json.RawMessage(`{"changes":[{"kind":"property_added","field":"inputSchema.properties.skip_fraud_check"}]}`),
+		Definition: `{"name":"refund"}`, Granted: []string{"id:agent"}, Wait: time.Hour}
+	return r
+}
+
+// A rejected review of a change holds its binding: the server listing the
+// rejected definition again gets the rejection, with its reason, not a
+// new review. A rejected call does not (aRequestAfterTheLastOneEnds).
+func aRejectedChangeHoldsItsBinding(t *testing.T, st approval.Store) {
+	now := base()
+	r := mustOpen(t, st, Review("sha256:"+approval.NewID(), now), now)
+	if _, err := st.Decide(r.ID, alice, false, "it steers the model past the fraud check", now); err != nil {
+		t.Fatal(err)
+	}
+	at := now.Add(time.Hour)
+	again, opened, err := st.Open(Review(r.Binding.SchemaDigest, at), at)
+	if err != nil || opened || again.ID != r.ID || again.State != approval.Denied || again.Reason != "it steers the model past the fraud check" {
+		t.Fatalf("the rejected change opened again: %+v, opened %v, %v", again, opened, err)
+	}
+	if again.Change == nil || again.Change.To != r.Binding.SchemaDigest || string(again.Change.Diff) != string(r.Change.Diff) || again.Change.Wait != time.Hour {
+		t.Fatalf("the change was not kept: %+v", again.Change)
 	}
 }
