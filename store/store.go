@@ -192,8 +192,9 @@ type Redemptions interface {
 // store/redis for replicas that share it): snapshots and invalidations
 // (Snapshots), the calls allowed under each snapshot (CallLog), the
 // budgets' and rate limits' counters (policy.Counters), the listing
-// tickets that came back (Redemptions) and the approval requests people
-// decide (Approvals). A backend that lacks a part does not compile where
+// tickets that came back (Redemptions), the approved definitions of the
+// tools under change control (Definitions) and the approval requests
+// people decide (Approvals). A backend that lacks a part does not compile where
 // it is opened, rather than deny every budgeted or held call at run time;
 // store/storetest is its contract, one suite of a part each.
 type Backend interface {
@@ -201,6 +202,7 @@ type Backend interface {
 	CallLog
 	policy.Counters
 	Redemptions
+	Definitions
 	// Approvals are the approval requests, kept where the snapshots are.
 	Approvals() approval.Store
 }
@@ -221,6 +223,7 @@ var _ Backend = (*Memory)(nil)
 // Memory is the in-process store of a single replica: the whole Backend.
 type Memory struct {
 	approvals *approval.Memory
+	defs      definitions
 	snapshots *ristretto.Cache[string, *Snapshot]
 	// latest maps (principal, server, session) to its newest epoch, and
 	// expires with that snapshot.

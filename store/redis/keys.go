@@ -111,3 +111,10 @@ func (l Layout) ApprovalRequest(id string) string { return l.key("approval-req",
 func (l Layout) ApprovalBinding(key string) string { return l.key("approval-binding", key, "") }
 
 func (l Layout) ApprovalIndex() string { return l.key("approval-index", "index", "") }
+
+// Definition is the key of a tool's approved and rejected definitions,
+// tagged with the server (length-prefixed) and the tool, so that no
+// choice of names makes two tools one key.
+func (l Layout) Definition(serverID, tool string) string {
+	return l.key("def", strconv.Itoa(len(serverID))+":"+serverID+tool, "")
+}

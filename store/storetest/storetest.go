@@ -1,6 +1,6 @@
 // Package storetest is the contract every store.Backend keeps, as one suite
-// of a part each: snapshots (snapshots.go), counters (counters.go) and
-// approvals (approvals.go). The memory store of one replica and a store
+// of a part each: snapshots (snapshots.go), counters (counters.go),
+// approvals (approvals.go) and definitions (definitions.go). The memory store of one replica and a store
 // several replicas share are held to the same one, so a decision never
 // depends on which store it read.
 package storetest
@@ -24,4 +24,5 @@ func Run(t *testing.T, open Open) {
 	t.Run("Snapshots", func(t *testing.T) { runSnapshots(t, open) })
 	t.Run("Counters", func(t *testing.T) { runCounters(t, open) })
 	t.Run("Approvals", func(t *testing.T) { runApprovals(t, open) })
+	t.Run("Definitions", func(t *testing.T) { runDefinitions(t, open) })
 }
