@@ -27,6 +27,10 @@ func Compile(f File) (*Policy, error) {
 	if err := p.compileTools(f.Tools); err != nil {
 		return nil, err
 	}
+	var err error
+	if p.changes, err = p.compileChanges(f.Changes); err != nil {
+		return nil, err
+	}
 	lens := map[int]bool{}
 	for i, pr := range f.Principals {
 		r, err := p.compilePrincipal(fmt.Sprintf("principals[%d]", i), pr)
@@ -85,6 +89,7 @@ func written(f File) (any, error) {
 			IDPrefix string           `json:"id_prefix,omitempty"`
 			Grants   []map[string]any `json:"grants"`
 		} `json:"principals"`
+		Changes []ChangeRule `json:"changes,omitempty"`
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, fmt.Errorf("policy digest: %w", err)

@@ -38,6 +38,7 @@ func Loosenings(old, next *Policy) []string {
 	case next.lockfile != old.lockfile:
 		out = append(out, fmt.Sprintf("lockfile: now %s (was %s)", next.lockfile, old.lockfile))
 	}
+	out = append(out, looserChanges(old, next)...)
 	for k, ot := range old.tools {
 		if nt, ok := next.tools[k]; ok && nt.effect < ot.effect {
 			out = append(out, fmt.Sprintf("%s: effect class lowered from %s to %s", k, ot.effect, nt.effect))

@@ -166,6 +166,8 @@ type File struct {
 	Tools []ToolRule `yaml:"tools" json:"tools"`
 	// Principals lists who may call what.
 	Principals []PrincipalRule `yaml:"principals" json:"principals"`
+	// Changes put servers' tools under change control (ChangeRule).
+	Changes []ChangeRule `yaml:"changes,omitempty" json:"changes,omitempty"`
 }
 
 // ToolRule classifies one tool of one server and sets the terms of every
@@ -226,6 +228,9 @@ type Policy struct {
 	digest     string
 	// order is the tools in file order.
 	order []toolKey
+	// changes are the change rules, by server and tool ("" for every
+	// tool of the server).
+	changes map[changeKey]*ChangeControl
 }
 
 // tool is a compiled ToolRule.
