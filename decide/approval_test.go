@@ -18,17 +18,24 @@ func approvalFixture(t *testing.T) (*fixture, *approval.Service) {
 	var svc *approval.Service
 	f := newFixture(t, func(o *Options) {
 		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
-		var err error
-		svc, err = approval.New(approval.Config{Store: approval.NewMemory(time.Hour), BaseURL: "https://approve.example", Now: o.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		o.Approvals = svc
+		svc = serveApprovals(t, o)
 	})
 	f.billing.push(t, "testdata/pack/catalog.json", nil)
 	f.list(t, support, "billing", nil)
 	return f, svc
+}
+
+// serveApprovals gives o an approval service on a memory store, on o's
+// clock, at https://approve.example.
+func serveApprovals(t *testing.T, o *Options) *approval.Service {
+	t.Helper()
+	svc, err := approval.New(approval.Config{Store: approval.NewMemory(time.Hour), BaseURL: "https://approve.example", Now: o.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	o.Approvals = svc
+	return svc
 }
 
 // The identical call runs once after a person approves it; again, or with

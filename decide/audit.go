@@ -124,6 +124,12 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.Denial != nil && d.Denial.Reason.Drift() {
 		ev = ev.Bool("capability_drift", true).Str("return_to", d.Denial.Reason.ReturnTo())
 	}
+	if d.Denial != nil && d.Denial.Change != nil {
+		ev = ev.Dict("change", zerolog.Dict().Strs("kinds", d.Denial.Change.Kinds).Strs("fields", d.Denial.Change.Fields))
+	}
+	if d.Denial != nil && d.Denial.Review != nil {
+		ev = ev.Str("review", d.Denial.Review.ID)
+	}
 	if d.Denial != nil {
 		ev = ev.Str("detail", d.Denial.Detail)
 	}

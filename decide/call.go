@@ -85,7 +85,9 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 	}
 	d.liveDigest = live.Digest
 	if live.Digest != pin.SchemaDigest {
-		return deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.Tool, live.Digest, pin.SchemaDigest)
+		drift := deny.Errorf(deny.SchemaDrift, "tool %q is now %s, the snapshot pins %s", d.Tool, live.Digest, pin.SchemaDigest)
+		drift.Change = s.changeOf(d.ServerID, d.Tool, pin.SchemaDigest, live)
+		return drift
 	}
 	// A definition that changed and changed back is still new evidence:
 	// list_changed, seen by any replica, invalidated the pin.
@@ -304,7 +306,8 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 		}
 		digest = live.Digest
 	}
-	switch _, fail := r.admit(r.Policy.For(d.Principal), d.ServerID, d.Tool, digest); {
+	rule, fail := r.admit(r.Policy.For(d.Principal), d.ServerID, d.Tool, digest)
+	switch {
 	case fail != nil && fail.Reason == deny.ToolNotGranted:
 		d.allowedTools = s.allowedBy(d.snapshot)
 		return fail
@@ -312,6 +315,10 @@ func (s *Server) whyNotPinned(d *decision, r *Rules, list *catalog.List, catalog
 		return fail
 	case catalogFail != nil:
 		return catalogFail
+	}
+	// Withheld while its change waits for a reviewer, or rejected.
+	if fail := s.changeGate(r, d.ServerID, list, d.now).admit(d.Tool, rule); fail != nil {
+		return fail
 	}
 	d.allowedTools = s.allowedBy(d.snapshot)
 	return deny.Errorf(deny.NoSnapshot, "snapshot %s does not pin tool %q; list tools again", d.snapshot.Epoch, d.Tool)

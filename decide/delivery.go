@@ -241,8 +241,12 @@ func (s *Server) deliver(d *decision, out *Delivery, ticket string, head Respons
 	}
 	keep := make([]bool, len(resp.Tools))
 	principal := r.Policy.For(d.Principal)
+	gate := s.changeGate(r, d.ServerID, live, d.now)
 	for i, t := range resp.Tools {
 		rule, w := s.withhold(d, r, principal, live, t)
+		if w == nil {
+			w = gate.admit(t.Name, rule)
+		}
 		if w == nil && earlier[t.Name] != "" && earlier[t.Name] != t.Digest {
 			w = deny.Errorf(deny.SchemaDrift, "delivered at %s, but an earlier page delivered it at %s", t.Digest, earlier[t.Name])
 		}

@@ -45,10 +45,14 @@ func (s *Server) mint(d *decision) *deny.Error {
 	}
 	r := s.rules.Load()
 	principal := r.Policy.For(d.Principal)
+	gate := s.changeGate(r, d.ServerID, list, d.now)
 	for name, t := range list.Tools {
 		rule, fail := r.admit(principal, d.ServerID, name, t.Digest)
+		if fail == nil {
+			fail = gate.admit(name, rule)
+		}
 		if fail != nil {
-			continue // not granted, unclassified or unapproved: not in the snapshot
+			continue // not granted, unclassified, unapproved or under review: not in the snapshot
 		}
 		snap.Pins = append(snap.Pins, store.Pin{ToolID: name, SchemaDigest: t.Digest, Effect: rule.Effect, PolicyDigest: rule.Digest, Seq: snap.Seq})
 	}

@@ -6,6 +6,7 @@ package decide
 import (
 	"time"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/envelope"
@@ -31,6 +32,15 @@ type Store = store.Backend
 // (policy.Approvals); approvals adapts the approval service to it.
 type Approvals = policy.Approvals
 
+// Reviews are where a changed tool definition waits for a reviewer: the
+// approval service, whose page, API, webhook and audit serve reviews as
+// they serve held calls (a review is an approval.Request with a Change).
+type Reviews interface {
+	Open(req approval.Request) (approval.Request, error)
+	Consume(b approval.Binding) (approval.Request, bool, error)
+	URL(id string) string
+}
+
 // Signer seals the envelope of an allowed call (docs/ENVELOPE.md): whole,
 // or under a grant for a server that holds a grant key.
 type Signer interface {
@@ -44,6 +54,7 @@ var (
 	_ Catalog   = (*catalog.Catalog)(nil)
 	_ Store     = (*store.Memory)(nil)
 	_ Approvals = approvals{}
+	_ Reviews   = (*approval.Service)(nil)
 	_ Signer    = (*envelope.Keys)(nil)
 )
 

@@ -153,6 +153,10 @@ type errorData struct {
 	// RetryAt, RFC 3339, is when the same call may pass, where the rule
 	// that denied it knows (outside_schedule).
 	RetryAt string `json:"retry_at,omitempty"`
+	// Review, on tool_under_review, is where a person reviews the change.
+	Review *deny.ReviewInfo `json:"review,omitempty"`
+	// Change, on schema_drift, is what changed.
+	Change *deny.ChangeInfo `json:"change,omitempty"`
 }
 
 // MetaKeyDenial is the _meta member of a tool result that denies a call
@@ -256,6 +260,7 @@ func (d *decision) errorData() errorData {
 		Detail: d.Denial.Detail, ServerID: d.ServerID, Tool: d.Tool,
 		SnapshotDigest: d.SchemaDigest, LiveDigest: d.liveDigest, SnapshotPolicy: d.PolicyDigest,
 		AllowedTools: d.allowedTools, Limit: d.Denial.Limit, Approval: d.Denial.Approval,
+		Review: d.Denial.Review, Change: d.Denial.Change,
 	}
 	if d.snapshot != nil {
 		data.Epoch = d.snapshot.Epoch

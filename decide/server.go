@@ -102,10 +102,16 @@ type Server struct {
 	snapshots      Store
 	// counters hold the budgets and rate limits: the snapshot store's.
 	counters policy.Counters
-	// approvals are the approvals people gave (approvals.go), nil without
-	// an approval service.
+	// approvals are the approvals people gave (approvals.go), and reviews
+	// where changed definitions wait for a person (changes.go), both nil
+	// without an approval service.
 	approvals Approvals
-	ttl       time.Duration
+	reviews   Reviews
+	// definitions are the tool definitions seen, by digest, and diffs the
+	// changes between them computed (changes.go).
+	definitions definitions
+	diffs       diffs
+	ttl         time.Duration
 	// delivered is true with config.BindDelivered.
 	delivered   bool
 	maxResponse int
@@ -198,7 +204,7 @@ func New(o Options) (*Server, error) {
 	// too: in this process, or shared by every replica.
 	s.counters = o.Snapshots
 	if o.Approvals != nil {
-		s.approvals = approvals{o.Approvals}
+		s.approvals, s.reviews = approvals{o.Approvals}, o.Approvals
 	}
 	s.unbound = newUnbound(o.Servers, o.Snapshots, s.metrics, s.delivered)
 	if s.metrics != nil {
@@ -224,7 +230,10 @@ func New(o Options) (*Server, error) {
 // back. It is the catalog's OnChange, and never adds a tool to a snapshot:
 // snapshots are immutable. A catalog's first list changes nothing anyone
 // pinned.
-func (s *Server) CatalogChanged(serverID string, _, next *catalog.List, changed []string) {
+func (s *Server) CatalogChanged(serverID string, prev, next *catalog.List, changed []string) {
+	// Both sides of a change, for a drift denial to say what changed.
+	s.remember(prev, changed)
+	s.remember(next, changed)
 	if next.Generation <= 1 {
 		return
 	}

@@ -39,6 +39,13 @@ func (f *failingStore) Put(s *store.Snapshot) error {
 	return nil
 }
 
+func (f *failingStore) ToolStates(server string, tools []string) (map[string]store.ToolState, error) {
+	if err := f.err("ToolStates"); err != nil {
+		return nil, err
+	}
+	return f.Memory.ToolStates(server, tools)
+}
+
 func (f *failingStore) Latest(p, srv, sess string) (*store.Snapshot, bool, error) {
 	if err := f.err("Latest"); err != nil {
 		return nil, false, err

@@ -55,6 +55,14 @@ const (
 	// the tool's live digest, so it waits for review before it can join a
 	// snapshot.
 	ToolUnapproved Reason = "tool_unapproved"
+	// ToolUnderReview: the server changed the tool's definition (or lists
+	// it for the first time), and the change waits for a reviewer
+	// (Error.Review says where): the tool is in no snapshot meanwhile.
+	ToolUnderReview Reason = "tool_under_review"
+	// ToolChangeRejected: a reviewer rejected the definition the server
+	// lists now; the tool stays out of every snapshot until the server
+	// lists an approved definition or a later change is approved.
+	ToolChangeRejected Reason = "tool_change_rejected"
 	// InvalidArguments: the arguments do not satisfy the pinned inputSchema.
 	InvalidArguments Reason = "invalid_arguments"
 	// ConstraintViolation: the arguments break a constraint of the pinned
@@ -174,6 +182,8 @@ var specs = map[Reason]Spec{
 	OutsideSchedule:     {Status: 429, ReturnTo: ReturnToLater},
 	ApprovalRequired:    {Status: 403, ReturnTo: ReturnToApproval},
 	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
+	ToolUnderReview:     {Status: 403, ReturnTo: ReturnToLater},
+	ToolChangeRejected:  {Status: 403, ReturnTo: ReturnToPlanning},
 	UnclassifiedTool:    {Status: 403, ReturnTo: ReturnToNone},
 	ToolNotGranted:      {Status: 403, ReturnTo: ReturnToNone},
 	CatalogUnavailable:  {Status: 403, ReturnTo: ReturnToNone},
@@ -220,7 +230,7 @@ var nextSteps = map[string]string{
 	ReturnToAuthorization: "The policy changed: list the tools again to be authorized under the policy now in force.",
 	ReturnToReview:        "Stop: this tool now does something more consequential than was reviewed, and a person must review it.",
 	ReturnToNone:          "Nothing will make this call valid: do not retry it.",
-	ReturnToLater:         "The policy allows this call only later: retry it no sooner than data.retry_at, or the seconds in data.limit.retry_after_seconds (the Retry-After header), or plan within what is allowed now.",
+	ReturnToLater:         "This call may be allowed later: retry it no sooner than data.retry_at or the seconds in data.limit.retry_after_seconds (the Retry-After header), or once the review at data.review.url is decided; meanwhile plan within what is allowed now.",
 	ReturnToApproval:      "A person must approve this exact call first: show them data.approval.url, and once they approve, send the identical call again (once). Other arguments need another approval.",
 }
 
@@ -243,6 +253,27 @@ type Error struct {
 	// pass (a schedule's next window), is that time: the adapters render
 	// it as data.retry_at and, in an HTTP error, the Retry-After header.
 	RetryAt time.Time
+	// Review, set on ToolUnderReview, is where a person reviews the
+	// change: data.review.
+	Review *ReviewInfo
+	// Change, set on a SchemaDrift whose definitions capsnap has seen,
+	// is what changed: data.change.
+	Change *ChangeInfo
+}
+
+// ReviewInfo is the review a changed tool waits on.
+type ReviewInfo struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+	// ExpiresAt is when the review lapses undecided (a new one then opens).
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ChangeInfo says what changed in a tool's definition: the kinds of change
+// (tooldiff's names) and the fields they touch.
+type ChangeInfo struct {
+	Kinds  []string `json:"kinds"`
+	Fields []string `json:"fields"`
 }
 
 // RetryAfter is the Retry-After header's value for e: the whole seconds

@@ -16,11 +16,15 @@ import (
 	"github.com/capsnap/capsnap/policy"
 )
 
-// approvalsFor refuses a policy that holds calls for approval when
-// approvals are off: every such call would fail closed, unexplained.
+// approvalsFor refuses a policy that holds calls for approval, or puts
+// tools under change control, when approvals are off: every such call, or
+// every changed tool, would fail closed, unexplained.
 func approvalsFor(cfg config.Config, p *policy.Policy) error {
 	if p.HoldsForApproval() && cfg.Approvals.Addr == "" {
 		return fmt.Errorf("policy %s holds calls for a person's approval, but approvals.addr is not set: configure approvals (docs/APPROVALS.md)", cfg.PolicyFile)
+	}
+	if p.UnderChangeControl() && cfg.Approvals.Addr == "" {
+		return fmt.Errorf("policy %s puts tools under change control, whose changes wait for reviewers, but approvals.addr is not set: configure approvals (docs/APPROVALS.md)", cfg.PolicyFile)
 	}
 	return nil
 }
