@@ -410,6 +410,17 @@ type sdkDenial struct {
 		ID  string `json:"id"`
 		URL string `json:"url"`
 	} `json:"approval"`
+	// Review is where a person reviews a changed tool, on
+	// tool_under_review.
+	Review *struct {
+		ID  string `json:"id"`
+		URL string `json:"url"`
+	} `json:"review"`
+	// Change is what changed, on schema_drift.
+	Change *struct {
+		Kinds  []string `json:"kinds"`
+		Fields []string `json:"fields"`
+	} `json:"change"`
 }
 
 // denialOf fails unless st failed with the SDK's MCP error carrying

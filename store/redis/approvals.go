@@ -112,7 +112,11 @@ func (a *Approvals) open(inc, id, raw string) (approval.Request, bool) {
 		a.s.rejected(kindApproval, a.requestKey(id))
 		return approval.Request{}, false
 	}
-	r.Request.Arguments = []byte(r.Arguments)
+	// A review of a change has no arguments: none, not empty JSON.
+	r.Request.Arguments = nil
+	if r.Arguments != "" {
+		r.Request.Arguments = []byte(r.Arguments)
+	}
 	return r.Request, true
 }
 

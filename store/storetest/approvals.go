@@ -518,4 +518,8 @@ func aRejectedChangeHoldsItsBinding(t *testing.T, st approval.Store) {
 	if again.Change == nil || again.Change.To != r.Binding.SchemaDigest || string(again.Change.Diff) != string(r.Change.Diff) || again.Change.Wait != time.Hour {
 		t.Fatalf("the change was not kept: %+v", again.Change)
 	}
+	// The API answers with it as JSON: a review's arguments are none.
+	if _, err := json.Marshal(again); err != nil {
+		t.Fatalf("the review as stored is no JSON: %v", err)
+	}
 }
