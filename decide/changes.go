@@ -40,16 +40,60 @@ type changeGate struct {
 }
 
 func (s *Server) changeGate(r *Rules, server string, list *catalog.List, now time.Time) *changeGate {
-	g := &changeGate{s: s, r: r, server: server, list: list, now: now}
-	if r.Lock != nil {
-		g.locked = map[string]bool{}
-		for _, e := range r.Lock.Entries() {
-			if e.ServerID == server {
-				g.locked[e.Tool] = true
-			}
+	return &changeGate{s: s, r: r, server: server, list: list, now: now, locked: lockedTools(r, server)}
+}
+
+// lockedTools are the tools of server the rules' lockfile pins.
+func lockedTools(r *Rules, server string) map[string]bool {
+	if r.Lock == nil {
+		return nil
+	}
+	locked := map[string]bool{}
+	for _, e := range r.Lock.Entries() {
+		if e.ServerID == server {
+			locked[e.Tool] = true
 		}
 	}
-	return g
+	return locked
+}
+
+// firstSight approves the definitions in list of the tools under change
+// control (first_sight approve) that have none approved yet: what the
+// server listed when capsnap first saw it, or when the rules put it under
+// change control; never one a later change brings, which is compared with
+// these. The catalog's first list, each change's list before it, and the
+// rules put in force all come here; each replica may, and of two the
+// first wins. A store that cannot answer now approves nothing: a tool
+// without a record is approved, at the latest, by the next listing.
+func (s *Server) firstSight(r *Rules, server string, list *catalog.List) {
+	if list == nil {
+		return
+	}
+	locked := lockedTools(r, server)
+	var names []string
+	for name := range list.Tools {
+		if c := r.Policy.ChangeControl(server, name); c != nil && !c.Review && !locked[name] {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	states, err := s.snapshots.ToolStates(server, names)
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if states[name].Approved != nil {
+			continue
+		}
+		t := list.Tools[name]
+		d := store.Definition{Digest: t.Digest, Definition: t.Definition, By: store.ByFirstSight, At: s.now()}
+		if ok, err := s.snapshots.ApproveDefinition(server, name, "", d); err == nil && ok {
+			s.auditLog.Log().Str("event", "definition_approved").Str("server_id", server).Str("tool", name).
+				Str("from", "").Str("to", t.Digest).Str("by", store.ByFirstSight).Msg("definition")
+		}
+	}
 }
 
 // admit says why tool's live definition may not be pinned, nil if it may:

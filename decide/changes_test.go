@@ -14,17 +14,17 @@ import (
 
 var oncall = approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}
 
-// changesFixture is the pack's billing catalog under testdata/changes'
-// policy (policy file policyFile there), with an approval service on a
-// memory store.
+// changesFixture is the pack's billing catalog, put under testdata/changes'
+// policy (policy file policyFile there) as the operator would by a
+// reload, with an approval service on a memory store.
 func changesFixture(t *testing.T, policyFile string, opts ...func(*Options)) (*fixture, *approval.Service) {
 	t.Helper()
 	var svc *approval.Service
-	f := newFixture(t, append([]func(*Options){func(o *Options) {
-		o.Rules = mustRules(t, "testdata/changes/"+policyFile)
-		svc = serveApprovals(t, o)
-	}}, opts...)...)
+	f := newFixture(t, append([]func(*Options){func(o *Options) { svc = serveApprovals(t, o) }}, opts...)...)
 	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	// The rules that put billing under change control come into force
+	// now: what billing lists now is what they first see.
+	f.SetRules(mustRules(t, "testdata/changes/"+policyFile))
 	return f, svc
 }
 

@@ -234,6 +234,13 @@ func (s *Server) CatalogChanged(serverID string, prev, next *catalog.List, chang
 	// Both sides of a change, for a drift denial to say what changed.
 	s.remember(prev, changed)
 	s.remember(next, changed)
+	// What change control first sees is what it holds a change to.
+	r := s.rules.Load()
+	if next.Generation <= 1 {
+		s.firstSight(r, serverID, next)
+	} else {
+		s.firstSight(r, serverID, prev)
+	}
 	if next.Generation <= 1 {
 		return
 	}
@@ -275,4 +282,11 @@ func (s *Server) Observed() []string {
 func (s *Server) SetRules(r *Rules) {
 	s.rules.Store(r)
 	s.metrics.policyInForce(r.Policy.Digest())
+	// Rules that put tools under change control hold their next change
+	// to what is live now.
+	for id := range s.servers {
+		if list, _, err := s.catalog.Lookup(id); err == nil {
+			s.firstSight(r, id, list)
+		}
+	}
 }

@@ -38,6 +38,9 @@ const (
 	// SchemaSwap serves another contract under the same name and
 	// description: amount in cents, as a string, and a destination account.
 	SchemaSwap = "schema_swap"
+	// LookupRetitled changes only lookup_order's title: the kind of edit
+	// change control may accept without a person.
+	LookupRetitled = "lookup_retitled"
 )
 
 // The tools' names, the same in every variant.
@@ -47,7 +50,9 @@ const (
 )
 
 // Variants lists every variant, Baseline first.
-func Variants() []string { return []string{Baseline, DescriptionEdit, SkipFraudCheck, SchemaSwap} }
+func Variants() []string {
+	return []string{Baseline, DescriptionEdit, SkipFraudCheck, SchemaSwap, LookupRetitled}
+}
 
 const reviewedRefund = "Refund part or all of an order to its original payment method. " +
 	"amount is in USD; reason_code is one of duplicate_charge, not_received, damaged. This moves money."
@@ -71,8 +76,11 @@ func Definitions(variant string) []*mcp.Tool {
 	}
 	refundRequired := []any{"order_id", "amount", "reason_code"}
 	description := reviewedRefund
+	lookupTitle := "Look up an order"
 	switch variant {
 	case Baseline:
+	case LookupRetitled:
+		lookupTitle = "Find an order"
 	case DescriptionEdit:
 		description += steerFullRefund
 	case SkipFraudCheck:
@@ -98,7 +106,7 @@ func Definitions(variant string) []*mcp.Tool {
 		},
 		{
 			Name:        ToolLookupOrder,
-			Title:       "Look up an order",
+			Title:       lookupTitle,
 			Description: "Look an order up by id: its status, total and payments.",
 			InputSchema: map[string]any{
 				"type": "object", "properties": map[string]any{"order_id": str("The order, such as A-100.")},

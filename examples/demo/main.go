@@ -65,14 +65,22 @@ func withApproval(p []byte) ([]byte, error) {
 	return []byte(strings.Replace(string(p), after, after+approvalRule, 1)), nil
 }
 
-// withDailyCap is policy with dailyCap on billing's refund.
-func withDailyCap() ([]byte, error) {
+// withDailyCap is p with dailyCap on billing's refund.
+func withDailyCap(p []byte) ([]byte, error) {
 	const after = "        message: \"reason_code must be duplicate_charge, not_received or damaged\"\n"
-	if strings.Count(string(policy), after) != 1 {
+	if strings.Count(string(p), after) != 1 {
 		return nil, errors.New("policy.yaml: billing's refund rule is not where the daily cap goes")
 	}
-	return []byte(strings.Replace(string(policy), after, after+dailyCap, 1)), nil
+	return []byte(strings.Replace(string(p), after, after+dailyCap, 1)), nil
 }
+
+// changeControl puts billing under change control: a title-only edit is
+// accepted by the policy, any other change waits for the on-call.
+const changeControl = `changes:
+  - server: billing
+    accept: "change.kinds.all(k, k == 'title_changed')"
+    reviewers: ["group:billing-oncall"]
+`
 
 func main() {
 	capsnapBin := flag.String("capsnap", "bin/capsnap", "capsnap binary")
@@ -149,6 +157,14 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 250.01, "reason_code": "duplicate_charge"})
 	call(ctx, cs, "refund", map[string]any{"order_id": "A-100", "amount": 40, "reason_code": "goodwill"})
 
+	step("The operator puts billing under change control: a changed tool waits for the on-call (a tightening)")
+	controlled := append(append([]byte{}, policy...), changeControl...)
+	if err := s.ReloadPolicy(ctx, controlled); err != nil {
+		return err
+	}
+	fmt.Printf("  %s", strings.ReplaceAll(changeControl, "\n", "\n  "))
+	fmt.Println()
+
 	step("Attack mid-turn: billing redeploys refund with skip_fraud_check; list_changed fires")
 	if err := s.Redeploy(ctx, "billing", billing.SkipFraudCheck); err != nil {
 		return err
@@ -164,17 +180,58 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	call(ctx, cs, "refund", refundA100)
 	fmt.Printf("  handler starts: %d -> %d (the handler never ran)\n", before, starts(ctx, s))
 
-	step("The agent returns to planning: it lists tools again and gets a new epoch")
+	step("The agent returns to planning: it lists tools again; the changed refund is not the new contract")
 	agent.Send(testbed.EpochHeader, "")
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		return fmt.Errorf("tools/list: %w", err)
+	if err := listed(ctx, cs, agent); err != nil {
+		return err
 	}
-	fmt.Printf("  new snapshot %s\n", agent.Epoch())
+	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
+	reviewID := call(ctx, cs, "refund", refundA100)
+	if reviewID == "" {
+		return errors.New("the changed refund was not held for review")
+	}
+
+	step("The on-call reviews the change: what the server added, word by word")
+	approver := &approval.Client{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}
+	if err := showReview(ctx, approver, reviewID); err != nil {
+		return err
+	}
+	if _, err := approver.Decide(ctx, reviewID, false, "skip_fraud_check steers refunds past the fraud check"); err != nil {
+		return fmt.Errorf("reject: %w", err)
+	}
+	fmt.Printf("  %s rejects it on the review page's API\n", testbed.OnCall)
+	if err := listed(ctx, cs, agent); err != nil {
+		return err
+	}
+	call(ctx, cs, "refund", refundA100)
+
+	step("Billing rolls the change back: refund is back at the definition that was approved")
+	if err := s.Redeploy(ctx, "billing", billing.Baseline); err != nil {
+		return err
+	}
+	if err := s.WaitCatalog(ctx, "billing", "refund", digest(billing.Baseline)); err != nil {
+		return err
+	}
+	if err := listed(ctx, cs, agent); err != nil {
+		return err
+	}
 	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
 	call(ctx, cs, "refund", refundA100)
 
+	step("Billing retitles lookup_order: a title-only change the policy accepts without a person")
+	if err := s.Redeploy(ctx, "billing", billing.LookupRetitled); err != nil {
+		return err
+	}
+	if err := s.WaitCatalog(ctx, "billing", "lookup_order", digestOf(billing.LookupRetitled, "lookup_order")); err != nil {
+		return err
+	}
+	if err := listed(ctx, cs, agent); err != nil {
+		return err
+	}
+	call(ctx, cs, "lookup_order", map[string]any{"order_id": "A-100"})
+
 	step("The operator adds a daily cap: USD 500 of refunds per agent per 24h (a tightening, so a reload takes it)")
-	capped, err := withDailyCap()
+	capped, err := withDailyCap(controlled)
 	if err != nil {
 		return err
 	}
@@ -212,7 +269,6 @@ func run(capsnapBin, billingBin string, verbose bool) error {
 	if id == "" {
 		return errors.New("the refund of USD 150 was not held for approval")
 	}
-	approver := &approval.Client{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}
 	if _, err := approver.Decide(ctx, id, true, "demo: order A-100 checked"); err != nil {
 		return fmt.Errorf("approve: %w", err)
 	}
@@ -282,9 +338,11 @@ func bypass(ctx context.Context, s *testbed.Stack, digest, epoch string) error {
 	return nil
 }
 
-func digest(variant string) string {
+func digest(variant string) string { return digestOf(variant, "refund") }
+
+func digestOf(variant, tool string) string {
 	for _, d := range billing.Definitions(variant) {
-		if d.Name == "refund" {
+		if d.Name == tool {
 			dg, _ := pincheck.Digest(d)
 			return dg
 		}
@@ -332,6 +390,14 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 			ID  string `json:"id"`
 			URL string `json:"url"`
 		} `json:"approval"`
+		Review *struct {
+			ID  string `json:"id"`
+			URL string `json:"url"`
+		} `json:"review"`
+		Change *struct {
+			Kinds  []string `json:"kinds"`
+			Fields []string `json:"fields"`
+		} `json:"change"`
 		Limit *struct {
 			Name              string  `json:"name"`
 			Limit             float64 `json:"limit"`
@@ -355,11 +421,67 @@ func call(ctx context.Context, cs *mcp.ClientSession, tool string, args map[stri
 		fmt.Printf(", data.limit %s: %v of %v used, retry in %s", l.Name, l.Used, l.Limit, time.Duration(l.RetryAfterSeconds)*time.Second)
 	}
 	fmt.Println()
+	if c := data.Change; c != nil {
+		fmt.Printf("         data.change: %s, at %s\n", strings.Join(c.Kinds, ", "), strings.Join(c.Fields, ", "))
+	}
 	if a := data.Approval; a != nil {
 		fmt.Printf("         a person approves it at %s\n", a.URL)
 		return a.ID
 	}
+	if r := data.Review; r != nil {
+		fmt.Printf("         the change is reviewed at %s\n", r.URL)
+		return r.ID
+	}
 	return ""
+}
+
+// listed lists tools again and says what the agent got.
+func listed(ctx context.Context, cs *mcp.ClientSession, agent *testbed.Agent) error {
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	var names []string
+	for _, t := range list.Tools {
+		names = append(names, t.Name)
+	}
+	fmt.Printf("  tools/list: snapshot %s, delivered %s\n", agent.Epoch(), strings.Join(names, ", "))
+	return nil
+}
+
+// showReview prints what the reviewer of a change sees: the kinds of
+// change, and the words the description gained and lost.
+func showReview(ctx context.Context, c *approval.Client, id string) error {
+	r, err := c.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("review %s: %w", id, err)
+	}
+	if r.Change == nil {
+		return fmt.Errorf("request %s is no review of a change", id)
+	}
+	var diff struct {
+		Changes []struct {
+			Kind  string `json:"kind"`
+			Field string `json:"field"`
+			Words []struct {
+				Op   string `json:"op"`
+				Text string `json:"text"`
+			} `json:"words"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal(r.Change.Diff, &diff); err != nil {
+		return fmt.Errorf("review %s: %w", id, err)
+	}
+	fmt.Printf("  %s on %s, granted to %s\n", r.Binding.Tool, r.Binding.Server, strings.Join(r.Change.Granted, ", "))
+	for _, c := range diff.Changes {
+		fmt.Printf("  %-20s %s\n", c.Kind, c.Field)
+		for _, w := range c.Words {
+			if w.Op != "=" {
+				fmt.Printf("      %s %s\n", w.Op, w.Text)
+			}
+		}
+	}
+	return nil
 }
 
 func rawPost(ctx context.Context, s *testbed.Stack, body string) {
