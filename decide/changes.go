@@ -6,6 +6,7 @@ package decide
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -313,4 +314,33 @@ func (s *Server) changeOf(server, tool, digest string, live catalog.Tool) *deny.
 	}
 	diff := s.diff(&store.Definition{Digest: digest, Definition: prev}, live)
 	return &deny.ChangeInfo{Kinds: kindsOf(diff), Fields: diff.Fields()}
+}
+
+// Definitions are the states of the live tools under change control, by
+// server and tool: what capsnap holds their changes to (GET /definitions,
+// capsnap lock --approved).
+func (s *Server) Definitions() (map[string]map[string]store.ToolState, error) {
+	r := s.rules.Load()
+	out := map[string]map[string]store.ToolState{}
+	for id := range s.servers {
+		list, _, err := s.catalog.Lookup(id)
+		if err != nil || list == nil {
+			continue
+		}
+		var names []string
+		for name := range list.Tools {
+			if r.Policy.ChangeControl(id, name) != nil {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		states, err := s.snapshots.ToolStates(id, names)
+		if err != nil {
+			return nil, fmt.Errorf("definitions of %s: %w", id, err)
+		}
+		out[id] = states
+	}
+	return out, nil
 }

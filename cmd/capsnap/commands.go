@@ -225,13 +225,16 @@ result or of a whole JSON-RPC response carrying one.`,
 func newLockCmd() *cobra.Command {
 	var o lockOptions
 	c := &cobra.Command{
-		Use:                   "lock --config FILE [--out PATH] [--check] [--timeout 30s]",
+		Use:                   "lock --config FILE [--out PATH] [--check] [--approved [--admin ADDR]] [--timeout 30s]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Write, or check, the approvals lockfile from the live servers",
 		Long: `Write the approvals lockfile from the tools the live servers list, as capsnap
 itself sees them; with --check, compare them with the lockfile instead and
-exit 1, printing the differences, when they differ.`,
-		Example: "  capsnap lock --config capsnap.yaml\n  capsnap lock --config capsnap.yaml --check",
+exit 1, printing the differences, when they differ. With --approved, the
+tools are the definitions change control approved, as the running capsnap
+at --admin (default: the config's admin_addr) holds them: the lockfile as
+the GitOps form of what reviewers and the policy approved.`,
+		Example: "  capsnap lock --config capsnap.yaml\n  capsnap lock --config capsnap.yaml --check\n  capsnap lock --config capsnap.yaml --approved",
 		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return lock(o, c.OutOrStdout())
@@ -241,6 +244,8 @@ exit 1, printing the differences, when they differ.`,
 	c.Flags().StringVar(&o.out, "out", "", "lockfile to write, or with --check to compare with (default: the policy's lockfile, else "+defaultLockfile+" beside the config)")
 	c.Flags().BoolVar(&o.check, "check", false, "compare the live tools with the lockfile instead of writing it; exit 1 when they differ")
 	c.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "how long every server has to list its tools")
+	c.Flags().BoolVar(&o.approved, "approved", false, "the definitions change control approved, from the running capsnap, not the live servers")
+	c.Flags().StringVar(&o.admin, "admin", "", "with --approved, the running capsnap's admin listener (default: the config's admin_addr)")
 	return c
 }
 

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,17 +20,19 @@ import (
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // defaultLockfile is the lockfile's name beside the config when the policy
 // names none.
 const defaultLockfile = "capsnap.lock"
 
-// lockOptions are lock's flags: out is "" for the default lockfile.
+// lockOptions are lock's flags: out is "" for the default lockfile, admin
+// "" for the config's admin_addr.
 type lockOptions struct {
-	config, out string
-	check       bool
-	timeout     time.Duration
+	config, out, admin string
+	check, approved    bool
+	timeout            time.Duration
 }
 
 // lock writes the approvals lockfile from the live servers (as capsnap
@@ -68,7 +72,15 @@ func lock(o lockOptions, stdout io.Writer) error {
 
 	ctx, stop := signalContext()
 	defer stop()
-	live, err := liveTools(ctx, cfg, o.timeout)
+	var live []lockfile.Entry
+	if o.approved {
+		if o.admin == "" {
+			o.admin = loopbackIfUnspecified(cfg.AdminAddr)
+		}
+		live, err = approvedTools(ctx, o.admin, o.timeout, stdout)
+	} else {
+		live, err = liveTools(ctx, cfg, o.timeout)
+	}
 	if err != nil {
 		return err
 	}
@@ -97,6 +109,43 @@ func lock(o lockOptions, stdout io.Writer) error {
 		fmt.Fprintln(stdout, c)
 	}
 	return fmt.Errorf("lock --check: %s does not match the live tools (%s); review them and run capsnap lock", path, countOf(len(changes), "change"))
+}
+
+// approvedTools asks the running capsnap at admin (GET /definitions) for
+// the definitions change control has approved: the lockfile as the
+// GitOps form of what reviewers and the policy approved. A live tool
+// under change control with none approved is left out, and said.
+func approvedTools(ctx context.Context, admin string, timeout time.Duration, stdout io.Writer) ([]lockfile.Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/definitions", nil)
+	if err != nil {
+		return nil, fmt.Errorf("lock --approved: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("lock --approved: ask capsnap at %s: %w", admin, err)
+	}
+	defer resp.Body.Close()
+	var defs map[string]map[string]store.ToolState
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("lock --approved: capsnap at %s answered %s", admin, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&defs); err != nil {
+		return nil, fmt.Errorf("lock --approved: capsnap at %s: %w", admin, err)
+	}
+	var entries []lockfile.Entry
+	for _, id := range slices.Sorted(maps.Keys(defs)) {
+		for _, tool := range slices.Sorted(maps.Keys(defs[id])) {
+			a := defs[id][tool].Approved
+			if a == nil {
+				fmt.Fprintf(stdout, "  %s/%s: no definition approved yet, left out\n", id, tool)
+				continue
+			}
+			entries = append(entries, lockfile.Entry{ServerID: id, Tool: tool, Digest: a.Digest, Definition: a.Definition})
+		}
+	}
+	return entries, nil
 }
 
 // countOf is "1 tool", "2 tools".

@@ -264,6 +264,18 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *decide.Server
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(catalogView(cat))
 	})
+	// What change control holds each live tool's changes to: the approved
+	// definition and the rejected ones (capsnap lock --approved).
+	mux.HandleFunc("GET /definitions", func(w http.ResponseWriter, _ *http.Request) {
+		defs, err := srv.Definitions()
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(defs)
+	})
 	return mux
 }
 

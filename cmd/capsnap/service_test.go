@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -16,8 +17,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/extauthz"
+	"github.com/capsnap/capsnap/lockfile"
+	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/testbed"
 )
 
@@ -109,5 +113,69 @@ func TestServiceInProcess(t *testing.T) {
 	}
 	if !bytes.Contains(trail, []byte(`"reason":"no_principal"`)) || !bytes.Contains(trail, []byte("checkpoint")) {
 		t.Fatalf("the audit trail lacks the denial or its closing checkpoint:\n%s", trail)
+	}
+}
+
+// capsnap lock --approved writes the lockfile from what the running
+// capsnap's change control approved: here what billing's catalog file
+// listed when capsnap first saw it (first_sight approve).
+func TestLockApproved(t *testing.T) {
+	cfg, err := config.Load("testdata/changes-off.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "approvers.yaml")
+	if err := os.WriteFile(tokens, []byte("tokens:\n  - {token: t0k3n-0f-the-0n-call-appr0ver, approver: oncall@acme.example, groups: [oncall]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.GRPCAddr, cfg.AdminAddr, cfg.Audit.Path = "127.0.0.1:0", "127.0.0.1:0", filepath.Join(dir, "audit.jsonl")
+	cfg.Approvals.Addr, cfg.Approvals.Auth.DevTokensFile = "127.0.0.1:0", tokens
+	svc, err := newService(cfg, io.Discard, &testbed.SyncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- svc.run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		svc.close()
+	}()
+
+	out := filepath.Join(dir, "capsnap.lock")
+	var stdout bytes.Buffer
+	o := lockOptions{config: "testdata/changes-off.yaml", out: out, approved: true, admin: svc.adminLis.Addr().String(), timeout: 10 * time.Second}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		stdout.Reset()
+		err = lock(o, &stdout)
+		if err == nil && strings.Contains(stdout.String(), "3 tools") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock --approved: %v\n%s", err, stdout.String())
+		}
+	}
+	got, err := lockfile.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := (&catalog.FileSource{Path: "testdata/tools.json"}).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, def := range defs {
+		var tool struct{ Name string }
+		if err := json.Unmarshal(def, &tool); err != nil {
+			t.Fatal(err)
+		}
+		digest, _, err := mcpparse.ToolDigest(def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Approved("billing", tool.Name, digest) {
+			t.Errorf("the lockfile does not approve billing/%s at %s", tool.Name, digest)
+		}
 	}
 }
