@@ -168,7 +168,7 @@ func (g *changeGate) approve(tool, from string, live catalog.Tool, by string, di
 	ev := g.s.auditLog.Log().Str("event", "definition_approved").Str("server_id", g.server).Str("tool", tool).
 		Str("from", from).Str("to", live.Digest).Str("by", by)
 	if diff != nil {
-		ev = ev.Strs("change", kindsOf(*diff)).Strs("fields", diff.Fields())
+		ev = ev.Strs("change", kindsOf(*diff)).Strs("fields", boundedFields(diff.Fields()))
 	}
 	ev.Msg("definition")
 	return nil
@@ -185,7 +185,7 @@ func (g *changeGate) review(tool, from string, live catalog.Tool, c *policy.Chan
 	if fromDigest == "" {
 		fromDigest = "none"
 	}
-	raw, err := json.Marshal(diff)
+	raw, err := boundedDiff(diff)
 	if err != nil {
 		return deny.Errorf(deny.ToolUnderReview, "%s/%s: the change cannot be shown: %v", g.server, tool, err)
 	}
@@ -313,7 +313,56 @@ func (s *Server) changeOf(server, tool, digest string, live catalog.Tool) *deny.
 		prev = a.Definition
 	}
 	diff := s.diff(&store.Definition{Digest: digest, Definition: prev}, live)
-	return &deny.ChangeInfo{Kinds: kindsOf(diff), Fields: diff.Fields()}
+	return &deny.ChangeInfo{Kinds: kindsOf(diff), Fields: boundedFields(diff.Fields())}
+}
+
+// maxFields bounds the fields a change names in a denial and an audit
+// line: a server that adds a thousand properties is still one line.
+const maxFields = 64
+
+// boundedFields is fields, at most maxFields, the last saying how many
+// more there are.
+func boundedFields(fields []string) []string {
+	if len(fields) <= maxFields {
+		return fields
+	}
+	return append(fields[:maxFields-1:maxFields-1], fmt.Sprintf("(and %d more)", len(fields)-maxFields+1))
+}
+
+// boundedDiff is diff as a review keeps it: whole when it fits in
+// approval.MaxChangeDefinition, else without its values and words, else
+// its first changes only. The reviewer always sees every kind of change
+// the first changes name, and the definition itself.
+func boundedDiff(diff tooldiff.Diff) (json.RawMessage, error) {
+	raw, err := json.Marshal(diff)
+	if err != nil || len(raw) <= approval.MaxChangeDefinition {
+		return raw, err
+	}
+	bare := tooldiff.Diff{Changes: make([]tooldiff.Change, len(diff.Changes))}
+	for i, c := range diff.Changes {
+		bare.Changes[i] = tooldiff.Change{Kind: c.Kind, Field: c.Field}
+	}
+	for {
+		if raw, err = json.Marshal(bare); err != nil || len(raw) <= approval.MaxChangeDefinition {
+			return raw, err
+		}
+		bare.Changes = bare.Changes[:len(bare.Changes)/2]
+	}
+}
+
+// removed audits each tool under change control that next no longer
+// lists: a change too, though nothing is pinned by it.
+func (s *Server) removed(r *Rules, server string, prev, next *catalog.List, changed []string) {
+	if prev == nil {
+		return
+	}
+	for _, name := range changed {
+		t, was := prev.Tools[name]
+		if _, is := next.Tools[name]; was && !is && r.Policy.ChangeControl(server, name) != nil {
+			s.auditLog.Log().Str("event", "definition_removed").Str("server_id", server).Str("tool", name).
+				Str("from", t.Digest).Strs("change", []string{string(tooldiff.ToolRemoved)}).Msg("definition")
+		}
+	}
 }
 
 // Definitions are the states of the live tools under change control, by

@@ -2,6 +2,8 @@ package decide
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/store"
+	"github.com/capsnap/capsnap/tooldiff"
 )
 
 var oncall = approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}
@@ -217,5 +220,43 @@ func TestChangedToolIsHeldWhileTheStoreIsDown(t *testing.T) {
 	failing.fail = ""
 	if _, withheld := f.listed(t); withheld["refund"].Reason != deny.ToolUnderReview {
 		t.Fatalf("refund with the store back: %+v", withheld["refund"])
+	}
+}
+
+// A change too large to show whole is bounded where a person or a log
+// reads it: the review keeps at most approval.MaxChangeDefinition of it,
+// a denial and an audit line at most maxFields fields.
+func TestChangeIsBounded(t *testing.T) {
+	var diff tooldiff.Diff
+	for i := range 5000 {
+		diff.Changes = append(diff.Changes, tooldiff.Change{Kind: tooldiff.PropertyAdded, Field: fmt.Sprintf("inputSchema.properties.p%04d", i),
+			To: json.RawMessage(`{"type":"string","description":"` + strings.Repeat("x", 100) + `"}`)})
+	}
+	raw, err := boundedDiff(diff)
+	if err != nil || len(raw) > approval.MaxChangeDefinition || !strings.Contains(string(raw), `"inputSchema.properties.p0000"`) {
+		t.Fatalf("bounded diff of %d bytes (%v)", len(raw), err)
+	}
+	if fields := boundedFields(diff.Fields()); len(fields) != maxFields || fields[maxFields-1] != "(and 4937 more)" {
+		t.Fatalf("bounded fields: %d, last %q", len(fields), fields[len(fields)-1])
+	}
+	small := tooldiff.Diff{Changes: diff.Changes[:2]}
+	if raw, _ := boundedDiff(small); !strings.Contains(string(raw), "xxxx") {
+		t.Error("a small diff lost its values")
+	}
+}
+
+// A tool the server removes is audited, and keeps its approved
+// definition: coming back changed, it is a change to review, not a tool
+// seen for the first time.
+func TestRemovedToolComesBackAsAChange(t *testing.T) {
+	f, _ := changesFixture(t, "policy.yaml")
+	f.listed(t)
+	f.redeploy(t, "testdata/changes/catalog-no-refund.json")
+	if !strings.Contains(f.audit.String(), `"event":"definition_removed","server_id":"billing","tool":"refund"`) {
+		t.Errorf("the removal is not audited:\n%s", f.audit)
+	}
+	f.redeploy(t, "testdata/changes/catalog-skip.json")
+	if _, withheld := f.listed(t); withheld["refund"].Reason != deny.ToolUnderReview {
+		t.Fatalf("refund back with skip_fraud_check: %+v", withheld["refund"])
 	}
 }

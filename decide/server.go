@@ -234,8 +234,11 @@ func (s *Server) CatalogChanged(serverID string, prev, next *catalog.List, chang
 	// Both sides of a change, for a drift denial to say what changed.
 	s.remember(prev, changed)
 	s.remember(next, changed)
-	// What change control first sees is what it holds a change to.
+	// What change control first sees is what it holds a change to; a
+	// tool removed keeps its approved definition, which a tool that comes
+	// back is compared with.
 	r := s.rules.Load()
+	s.removed(r, serverID, prev, next, changed)
 	if next.Generation <= 1 {
 		s.firstSight(r, serverID, next)
 	} else {
