@@ -193,6 +193,18 @@ func (g *changeGate) review(tool, from string, live catalog.Tool, c *policy.Chan
 	if len(def) > approval.MaxChangeDefinition {
 		def = def[:approval.MaxChangeDefinition]
 	}
+	// A server that keeps changing the tool opens a bounded number of
+	// reviews; the rest wait, held, until those are decided or lapse.
+	ok := g.states[tool].Reviews(live.Digest, g.now)
+	if !ok {
+		var err error
+		if ok, err = g.s.snapshots.OpenReview(g.server, tool, live.Digest, g.now.Add(c.TTL), g.now); err != nil {
+			return storeFailed(err)
+		}
+	}
+	if !ok {
+		return deny.Errorf(deny.ToolUnderReview, "the server changed %s/%s again (%s), and %d of its changes already wait for a reviewer: no review opens for this one until they are decided", g.server, tool, strings.Join(kindsOf(diff), ", "), store.MaxReviewing)
+	}
 	b := approval.Binding{Principal: approval.ChangeReviewer, Server: g.server, Tool: tool,
 		SchemaDigest: live.Digest, PolicyDigest: fromDigest, ArgsDigest: "change"}
 	req, err := g.s.reviews.Open(approval.Request{Binding: b,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -258,5 +260,35 @@ func TestRemovedToolComesBackAsAChange(t *testing.T) {
 	f.redeploy(t, "testdata/changes/catalog-skip.json")
 	if _, withheld := f.listed(t); withheld["refund"].Reason != deny.ToolUnderReview {
 		t.Fatalf("refund back with skip_fraud_check: %+v", withheld["refund"])
+	}
+}
+
+// A server cycling through ever new definitions of a tool opens at most
+// store.MaxReviewing reviews; past that the tool stays held, with none.
+func TestReviewsPerToolAreBounded(t *testing.T) {
+	f, svc := changesFixture(t, "policy.yaml")
+	f.listed(t)
+	base, err := os.ReadFile("testdata/pack/catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range store.MaxReviewing + 3 {
+		path := filepath.Join(t.TempDir(), "catalog.json")
+		edited := strings.Replace(string(base), "Refund part or all of an order, in USD.", fmt.Sprintf("Refund part or all of an order, in USD, version %d.", i), 1)
+		if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f.redeploy(t, path)
+		_, withheld := f.listed(t)
+		if w := withheld["refund"]; w.Reason != deny.ToolUnderReview {
+			t.Fatalf("version %d: %+v", i, w)
+		}
+	}
+	all, _ := svc.List(approval.Filter{})
+	if len(all) != store.MaxReviewing {
+		t.Fatalf("%d reviews opened, want %d", len(all), store.MaxReviewing)
+	}
+	if o := f.call(t, refundOf(40)); o.reason != deny.ToolUnderReview || o.data.Review != nil || !strings.Contains(o.data.Detail, "already wait for a reviewer") {
+		t.Fatalf("past the bound: %s, %+v", o.reason, o.data)
 	}
 }

@@ -42,7 +42,19 @@ type ToolState struct {
 	// Rejected are the rejected definitions, newest first, at most
 	// MaxRejections.
 	Rejected []Rejection `json:"rejected,omitempty"`
+	// Reviewing are the definitions a review is open for, newest first:
+	// a server that keeps changing a tool opens at most MaxReviewing.
+	Reviewing []Reviewing `json:"reviewing,omitempty"`
 }
+
+// Reviewing is a definition whose review is open until Until.
+type Reviewing struct {
+	Digest string    `json:"digest"`
+	Until  time.Time `json:"until"`
+}
+
+// MaxReviewing bounds the reviews open at once for one tool.
+const MaxReviewing = 8
 
 // MaxRejections bounds the rejections kept per tool: a server flapping
 // between definitions cannot grow a record without bound.
@@ -55,6 +67,26 @@ func (s ToolState) Rejection(digest string) (Rejection, bool) {
 		return Rejection{}, false
 	}
 	return s.Rejected[i], true
+}
+
+// Reviews reports whether a review of digest is open at now.
+func (s ToolState) Reviews(digest string, now time.Time) bool {
+	return slices.ContainsFunc(s.Reviewing, func(r Reviewing) bool { return r.Digest == digest && now.Before(r.Until) })
+}
+
+// Open is s with a review of digest open until until, if fewer than
+// MaxReviewing are open at now (or one is open for digest already); ok
+// is false when the bound stops it. Lapsed reviews are forgotten.
+func (s ToolState) Open(digest string, until, now time.Time) (ToolState, bool) {
+	if s.Reviews(digest, now) {
+		return s, true
+	}
+	open := slices.DeleteFunc(slices.Clone(s.Reviewing), func(r Reviewing) bool { return !now.Before(r.Until) || r.Digest == digest })
+	if len(open) >= MaxReviewing {
+		return s, false
+	}
+	s.Reviewing = append([]Reviewing{{Digest: digest, Until: until}}, open...)
+	return s, true
 }
 
 // Approve is s with d approved, if its approved digest is still prev ("" for
@@ -70,6 +102,8 @@ func (s ToolState) Approve(prev string, d Definition) (ToolState, bool) {
 	}
 	s.Approved = &d
 	s.Rejected = slices.DeleteFunc(slices.Clone(s.Rejected), func(r Rejection) bool { return r.Digest == d.Digest })
+	// Every open review compares with the definition approved before.
+	s.Reviewing = nil
 	return s, true
 }
 
@@ -77,6 +111,7 @@ func (s ToolState) Approve(prev string, d Definition) (ToolState, bool) {
 func (s ToolState) Reject(r Rejection) ToolState {
 	rest := slices.DeleteFunc(slices.Clone(s.Rejected), func(x Rejection) bool { return x.Digest == r.Digest })
 	s.Rejected = append([]Rejection{r}, rest...)
+	s.Reviewing = slices.DeleteFunc(slices.Clone(s.Reviewing), func(x Reviewing) bool { return x.Digest == r.Digest })
 	if len(s.Rejected) > MaxRejections {
 		s.Rejected = s.Rejected[:MaxRejections]
 	}
@@ -97,6 +132,10 @@ type Definitions interface {
 	ApproveDefinition(server, tool, prev string, d Definition) (ok bool, err error)
 	// RejectDefinition records r for server/tool.
 	RejectDefinition(server, tool string, r Rejection) error
+	// OpenReview notes a review of server/tool at digest open until until,
+	// unless MaxReviewing are open at now: ok is false then, and none
+	// may open.
+	OpenReview(server, tool, digest string, until, now time.Time) (ok bool, err error)
 }
 
 // definitions are the memory store's.
@@ -137,6 +176,18 @@ func (m *Memory) RejectDefinition(server, tool string, r Rejection) error {
 	k := [2]string{server, tool}
 	m.defs.set(k, m.defs.tools[k].Reject(r))
 	return nil
+}
+
+// OpenReview implements Definitions.
+func (m *Memory) OpenReview(server, tool, digest string, until, now time.Time) (bool, error) {
+	m.defs.mu.Lock()
+	defer m.defs.mu.Unlock()
+	k := [2]string{server, tool}
+	next, ok := m.defs.tools[k].Open(digest, until, now)
+	if ok {
+		m.defs.set(k, next)
+	}
+	return ok, nil
 }
 
 func (d *definitions) set(k [2]string, s ToolState) {

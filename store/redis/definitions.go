@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -90,6 +91,21 @@ func (s *Store) ApproveDefinition(server, tool, prev string, d store.Definition)
 	err := s.updateDefinition(server, tool, func(st store.ToolState) (store.ToolState, bool) {
 		var next store.ToolState
 		next, ok = st.Approve(prev, d)
+		return next, ok
+	})
+	return ok, err
+}
+
+// OpenReview implements store.Definitions.
+func (s *Store) OpenReview(server, tool, digest string, until, now time.Time) (bool, error) {
+	ok := false
+	err := s.updateDefinition(server, tool, func(st store.ToolState) (store.ToolState, bool) {
+		if st.Reviews(digest, now) {
+			ok = true
+			return st, false // open already: nothing to write
+		}
+		var next store.ToolState
+		next, ok = st.Open(digest, until, now)
 		return next, ok
 	})
 	return ok, err

@@ -25,6 +25,7 @@ func runDefinitions(t *testing.T, open Open) {
 		{"RejectionsAreKeptNewestFirstAndBounded", rejectionsAreKeptNewestFirstAndBounded},
 		{"StatesAreReadPerTool", statesAreReadPerTool},
 		{"ConcurrentApprovalsHaveOneWinner", concurrentApprovalsHaveOneWinner},
+		{"OpenReviewsAreBounded", openReviewsAreBounded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t, nil)) })
@@ -138,5 +139,44 @@ func concurrentApprovalsHaveOneWinner(t *testing.T, s Store) {
 	}
 	if len(won) != 1 || stateOf(t, s, "race", "refund").Approved.Digest != won[0] {
 		t.Fatalf("winners %v, approved %+v", won, stateOf(t, s, "race", "refund").Approved)
+	}
+}
+
+func openReviewsAreBounded(t *testing.T, s Store) {
+	now := time.UnixMilli(1_800_000_000_000).UTC()
+	open := func(digest string, at time.Time) bool {
+		t.Helper()
+		ok, err := s.OpenReview("billing", "refund", digest, at.Add(time.Hour), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for i := range store.MaxReviewing {
+		if !open(fmt.Sprintf("sha256:%02d", i), now) {
+			t.Fatalf("review %d of %d refused", i+1, store.MaxReviewing)
+		}
+	}
+	if open("sha256:ff", now) {
+		t.Fatalf("a review past the bound of %d opened", store.MaxReviewing)
+	}
+	if !open("sha256:00", now) {
+		t.Error("a review already open was refused")
+	}
+	// Decided, or lapsed, a review makes room.
+	if err := s.RejectDefinition("billing", "refund", store.Rejection{Digest: "sha256:01", By: "alice", At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if !open("sha256:ff", now) {
+		t.Error("a rejection made no room")
+	}
+	if !open("sha256:fe", now.Add(time.Hour)) {
+		t.Error("lapsed reviews made no room")
+	}
+	if ok, err := s.ApproveDefinition("billing", "refund", "", Definition("refund", "sha256:fe", "alice")); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if st := stateOf(t, s, "billing", "refund"); len(st.Reviewing) != 0 {
+		t.Errorf("an approval left %d reviews open", len(st.Reviewing))
 	}
 }
