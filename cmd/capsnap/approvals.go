@@ -278,12 +278,53 @@ func printRequest(w io.Writer, v approval.View) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if v.Change != nil {
+		return printChange(w, v.Change)
+	}
 	var args bytes.Buffer
 	if json.Indent(&args, v.Arguments, "", "  ") != nil {
 		args.Reset()
 		args.Write(v.Arguments)
 	}
 	_, err := fmt.Fprintf(w, "arguments:\n%s\n", safe(args.String()))
+	return err
+}
+
+// printChange prints what a review of a changed definition shows: each
+// change, the description's words added (+) and removed (-), and the
+// definition under review.
+func printChange(w io.Writer, c *approval.Change) error {
+	var diff struct {
+		Changes []struct {
+			Kind  string          `json:"kind"`
+			Field string          `json:"field"`
+			To    json.RawMessage `json:"to"`
+			Words []struct {
+				Op   string `json:"op"`
+				Text string `json:"text"`
+			} `json:"words"`
+		} `json:"changes"`
+	}
+	_ = json.Unmarshal(c.Diff, &diff) // capsnap wrote it; unreadable lists nothing
+	from := c.From
+	if from == "" {
+		from = "none: first seen"
+	}
+	fmt.Fprintf(w, "approved definition: %s\ngranted to: %s\nchanges:\n", from, safe(strings.Join(c.Granted, ", ")))
+	for _, ch := range diff.Changes {
+		fmt.Fprintf(w, "  %s %s\n", ch.Kind, safe(ch.Field))
+		for _, word := range ch.Words {
+			if word.Op != "=" {
+				fmt.Fprintf(w, "      %s %s\n", word.Op, safe(word.Text))
+			}
+		}
+	}
+	var def bytes.Buffer
+	if json.Indent(&def, []byte(c.Definition), "", "  ") != nil {
+		def.Reset()
+		def.WriteString(c.Definition)
+	}
+	_, err := fmt.Fprintf(w, "definition under review:\n%s\n", safe(def.String()))
 	return err
 }
 
