@@ -131,6 +131,10 @@ type Request struct {
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Reason is what the approver said, if anything.
 	Reason string `json:"reason,omitempty"`
+	// DeniedFor is how long a denial of a held call stands: the identical
+	// call gets the denial, with its reason, not a new request, until
+	// DecidedAt plus DeniedFor. The service sets it from its Config.
+	DeniedFor time.Duration `json:"denied_for,omitempty"`
 	// Change, set on a review of a changed tool definition rather than a
 	// held call, is what changed: its Binding binds the tool at the new
 	// digest (Principal ChangeReviewer, PolicyDigest the approved digest
@@ -230,12 +234,16 @@ func (r Request) live(now time.Time) bool {
 }
 
 // Holds reports whether a request opened for r's binding at now gets r
-// instead: r is pending or approved, unexpired, or r is a review of a
-// change that a reviewer rejected, whose rejection stands as long as the
-// store keeps it (a server that keeps listing the rejected definition
-// must not open a review per listing).
+// instead: r is pending or approved, unexpired; or r was denied, and its
+// denial stands: a held call's for DeniedFor after the decision (an agent
+// that retries learns "no", with the reason, and pages no one), a review
+// of a change's as long as the store keeps it (a server that keeps listing
+// the rejected definition must not open a review per listing).
 func (r Request) Holds(now time.Time) bool {
-	return r.live(now) || (r.Change != nil && r.State == Denied)
+	if r.State == Denied {
+		return r.Change != nil || now.Before(r.DecidedAt.Add(r.DeniedFor))
+	}
+	return r.live(now)
 }
 
 // At is r as it stands at now: a pending or approved request past its

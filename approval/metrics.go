@@ -11,6 +11,7 @@ type metrics struct {
 	pending  prometheus.Gauge
 	webhooks *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	limited  prometheus.Counter
 }
 
 // newMetrics registers the approvals' metrics on reg, if there is one.
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "capsnap", Subsystem: "approvals", Name: "refused_total",
 			Help: "Requests to the approval page and API refused, by error code.",
 		}, []string{"code"}),
+		limited: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "capsnap", Subsystem: "approvals", Name: "limited_total",
+			Help: "Held calls that opened no approval request because their principal had opened approvals.max_requests_per_principal in the window (denied rate_limited).",
+		}),
 	}
 	for _, e := range []EventKind{EventRequested, EventApproved, EventDenied, EventConsumed, EventExpired} {
 		m.event(e)
@@ -45,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.refused.WithLabelValues(e.code)
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.pending, m.webhooks, m.refused)
+		reg.MustRegister(m.events, m.pending, m.webhooks, m.refused, m.limited)
 	}
 	return m
 }

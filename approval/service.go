@@ -3,8 +3,10 @@ package approval
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,16 @@ type Config struct {
 	// PendingTTL is how long a request waits for a person before it
 	// lapses; 15 minutes if zero.
 	PendingTTL time.Duration
+	// DeniedFor is how long a denial of a held call stands
+	// (Request.DeniedFor); zero: not at all, the next identical call opens
+	// a new request.
+	DeniedFor time.Duration
+	// MaxNew bounds the requests one principal may open in Window: past
+	// it, Open refuses with a *LimitError, counted, and announced to the
+	// webhook once a window, so a looping agent cannot flood approvers.
+	// Zero: no bound.
+	MaxNew int
+	Window time.Duration
 	// Audit, if set, is called with every request opened, decision,
 	// consumption and expiry, before the operation returns: capsnap
 	// writes each to its signed audit trail.
@@ -67,7 +79,29 @@ type Service struct {
 	base    string
 	metrics *metrics
 	hook    *webhook
+	// announced is when each principal's bound was last announced.
+	mu        sync.Mutex
+	announced map[string]time.Time
 }
+
+// ErrTooManyRequests is what a *LimitError is.
+var ErrTooManyRequests = errors.New("approval: too many requests opened by this principal")
+
+// LimitError is Open's refusal of a principal that opened MaxNew requests
+// in the window: how many it opened, and when the oldest stops counting.
+type LimitError struct {
+	Principal  string
+	Max, Used  int
+	Window     time.Duration
+	RetryAfter time.Duration
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("approval: %s opened %d approval requests in %s, the most allowed: retry in %s", e.Principal, e.Used, e.Window, e.RetryAfter.Round(time.Second))
+}
+
+// Is makes errors.Is(err, ErrTooManyRequests) hold.
+func (e *LimitError) Is(target error) bool { return target == ErrTooManyRequests }
 
 // DefaultPendingTTL is how long a request waits for a person unless
 // Config.PendingTTL says otherwise.
@@ -88,7 +122,10 @@ func New(c Config) (*Service, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	s := &Service{c: c, base: strings.TrimSuffix(c.BaseURL, "/"), metrics: newMetrics(c.Registerer)}
+	if c.MaxNew > 0 && c.Window <= 0 {
+		return nil, errors.New("approval: a bound on new requests needs a positive window")
+	}
+	s := &Service{c: c, base: strings.TrimSuffix(c.BaseURL, "/"), metrics: newMetrics(c.Registerer), announced: map[string]time.Time{}}
 	if s.hook, err = newWebhook(c.Webhook, c.Log, s.metrics); err != nil {
 		return nil, err
 	}
@@ -125,6 +162,12 @@ func (s *Service) Open(req Request) (Request, error) {
 	}
 	req.ID, req.Created, req.Expires, req.State = NewID(), now, now.Add(pending), Pending
 	req.DecidedBy, req.DecidedAt, req.Reason = "", time.Time{}, ""
+	if req.Change == nil {
+		req.DeniedFor = s.c.DeniedFor
+		if err := s.bound(req, now); err != nil {
+			return Request{}, err
+		}
+	}
 	r, opened, err := s.c.Store.Open(req, now)
 	if err != nil {
 		return Request{}, err
@@ -135,6 +178,46 @@ func (s *Service) Open(req Request) (Request, error) {
 		s.hook.announce(r, s.URL(r.ID))
 	}
 	return r, nil
+}
+
+// bound refuses req when its principal opened MaxNew requests in the
+// window and none of them holds req's binding (a retry of a held call
+// opens nothing, and is never refused).
+func (s *Service) bound(req Request, now time.Time) error {
+	if s.c.MaxNew <= 0 {
+		return nil
+	}
+	mine, err := s.c.Store.List(Filter{Principal: req.Binding.Principal}, now)
+	if err != nil {
+		return err
+	}
+	used, oldest := 0, now
+	for _, r := range mine {
+		if r.Binding == req.Binding && r.Holds(now) {
+			return nil
+		}
+		if now.Sub(r.Created) < s.c.Window {
+			used++
+			if r.Created.Before(oldest) {
+				oldest = r.Created
+			}
+		}
+	}
+	if used < s.c.MaxNew {
+		return nil
+	}
+	e := &LimitError{Principal: req.Binding.Principal, Max: s.c.MaxNew, Used: used, Window: s.c.Window, RetryAfter: oldest.Add(s.c.Window).Sub(now)}
+	s.metrics.limited.Inc()
+	s.mu.Lock()
+	last, told := s.announced[e.Principal]
+	if !told || now.Sub(last) >= s.c.Window {
+		s.announced[e.Principal] = now
+		s.mu.Unlock()
+		s.hook.limit(e)
+	} else {
+		s.mu.Unlock()
+	}
+	return e
 }
 
 // Consume uses up the approval of exactly the call b binds, if a person

@@ -242,3 +242,73 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A principal opens at most MaxNew requests in the window: the next new
+// one is refused with when to retry, counted, and announced to the webhook
+// once a window; a retry of a call it already holds is never refused.
+func TestNewRequestsArePerPrincipalBounded(t *testing.T) {
+	got := make(chan []byte, 10)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+	}))
+	defer recv.Close()
+	e := newEnv(t, testTokens, func(c *approval.Config) {
+		c.MaxNew, c.Window, c.Webhook.URL = 2, time.Hour, recv.URL
+	})
+	open := func(principal, args string) (approval.Request, error) {
+		return e.svc.Open(storetest.Request(storetest.Binding(principal, args), time.Time{}))
+	}
+	first, err := open("looper", "sha256:a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open("looper", "sha256:a2"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	for range 3 {
+		_, err = open("looper", "sha256:a3")
+		var limited *approval.LimitError
+		if !errors.As(err, &limited) || !errors.Is(err, approval.ErrTooManyRequests) || limited.Used != 2 || limited.Max != 2 || limited.RetryAfter != 59*time.Minute {
+			t.Fatalf("a third new request: %v", err)
+		}
+	}
+	if again, err := open("looper", "sha256:a1"); err != nil || again.ID != first.ID {
+		t.Fatalf("the retry of a held call: %+v, %v", again, err)
+	}
+	if _, err := open("someone-else", "sha256:a3"); err != nil {
+		t.Fatalf("another principal was bounded: %v", err)
+	}
+	if n := e.counter(t, "capsnap_approvals_limited_total", ""); n != 3 {
+		t.Errorf("limited counted %v, want 3", n)
+	}
+	var limitedAnnouncements int
+	deadline := time.After(5 * time.Second)
+	for done := false; !done; {
+		select {
+		case body := <-got:
+			var b approval.WebhookBody
+			if err := json.Unmarshal(body, &b); err != nil {
+				t.Fatal(err)
+			}
+			if b.Limited != nil {
+				limitedAnnouncements++
+				if b.Limited.Principal != "looper" || b.Limited.Max != 2 || b.Limited.WindowSeconds != 3600 || !strings.Contains(b.Text, "looper opened 2 approval requests") {
+					t.Errorf("announcement %s", body)
+				}
+			}
+		case <-deadline:
+			done = true
+		case <-time.After(300 * time.Millisecond):
+			done = true
+		}
+	}
+	if limitedAnnouncements != 1 {
+		t.Errorf("%d announcements of the bound, want 1", limitedAnnouncements)
+	}
+	e.clock.Advance(time.Hour)
+	if _, err := open("looper", "sha256:a3"); err != nil {
+		t.Fatalf("after the window: %v", err)
+	}
+}

@@ -28,10 +28,22 @@ type WebhookConfig struct {
 	Queue int
 }
 
-// WebhookBody is what the webhook receives.
+// WebhookBody is what the webhook receives: a request opened (Approval),
+// or a principal that hit the bound on new requests (Limited).
 type WebhookBody struct {
-	Text     string          `json:"text"`
-	Approval WebhookApproval `json:"approval"`
+	Text     string           `json:"text"`
+	Approval *WebhookApproval `json:"approval,omitempty"`
+	Limited  *WebhookLimited  `json:"limited,omitempty"`
+}
+
+// WebhookLimited is a principal that opened as many requests in the window
+// as it may: its next held calls are denied, and page no one, until the
+// oldest stops counting.
+type WebhookLimited struct {
+	Principal     string    `json:"principal"`
+	Max           int       `json:"max"`
+	WindowSeconds int64     `json:"window_seconds"`
+	Until         time.Time `json:"until"`
 }
 
 // WebhookApproval is a new request, as the webhook is told it: everything
@@ -101,6 +113,22 @@ func (w *webhook) announce(r Request, link string) {
 	}
 }
 
+// limit queues the announcement that e's principal hit the bound.
+func (w *webhook) limit(e *LimitError) {
+	if w == nil {
+		return
+	}
+	until := time.Now().Add(e.RetryAfter).UTC()
+	text := fmt.Sprintf("capsnap: %s opened %d approval requests within %s, the most it may; its held calls are denied, and page no one, until %s",
+		slackEscape.Replace(e.Principal), e.Used, e.Window, until.Format(time.RFC3339))
+	select {
+	case w.queue <- WebhookBody{Text: text, Limited: &WebhookLimited{Principal: e.Principal, Max: e.Max, WindowSeconds: int64(e.Window / time.Second), Until: until}}:
+	default:
+		w.metrics.webhooks.WithLabelValues("dropped").Inc()
+		w.log.Warn().Str("principal", e.Principal).Msg("approval webhook queue full: announcement dropped")
+	}
+}
+
 func (w *webhook) run() {
 	defer close(w.done)
 	for {
@@ -110,7 +138,7 @@ func (w *webhook) run() {
 		case b := <-w.queue:
 			if err := w.post(b); err != nil {
 				w.metrics.webhooks.WithLabelValues("failed").Inc()
-				w.log.Warn().Err(err).Str("approval", b.Approval.ID).Msg("approval webhook failed")
+				w.log.Warn().Err(err).Msg("approval webhook failed")
 				continue
 			}
 			w.metrics.webhooks.WithLabelValues("sent").Inc()
@@ -157,7 +185,7 @@ func body(r Request, link string) WebhookBody {
 	text := fmt.Sprintf("capsnap: %s asks to call %s on %s (%s), held for approval by %s. Approve or deny before %s: %s",
 		slackEscape.Replace(b.Principal), slackEscape.Replace(b.Tool), slackEscape.Replace(b.Server),
 		slackEscape.Replace(r.EffectClass), slackEscape.Replace(r.Rule), r.Expires.UTC().Format(time.RFC3339), link)
-	return WebhookBody{Text: text, Approval: WebhookApproval{
+	return WebhookBody{Text: text, Approval: &WebhookApproval{
 		ID: r.ID, URL: link, Principal: b.Principal, Server: b.Server, Tool: b.Tool,
 		EffectClass: r.EffectClass, Rule: r.Rule, SchemaDigest: b.SchemaDigest, PolicyDigest: b.PolicyDigest,
 		ArgsDigest: b.ArgsDigest, Approvers: r.Approvers, Created: r.Created, Expires: r.Expires,

@@ -89,6 +89,15 @@ type Approvals struct {
 	BaseURL string `yaml:"base_url"`
 	// PendingTTL is how long a request waits for a person before it lapses.
 	PendingTTL time.Duration `yaml:"pending_ttl"`
+	// DeniedFor is how long a person's denial of a call stands: the
+	// identical call is denied approval_denied, with the reason, and
+	// opens no request, until it passes.
+	DeniedFor time.Duration `yaml:"denied_for"`
+	// MaxRequestsPerPrincipal bounds the approval requests one principal
+	// may open in RequestsWindow: past it, its held calls are denied
+	// rate_limited and page no one.
+	MaxRequestsPerPrincipal int           `yaml:"max_requests_per_principal"`
+	RequestsWindow          time.Duration `yaml:"requests_window"`
 	// Auth says how approvers prove who they are.
 	Auth ApprovalAuth `yaml:"auth"`
 	// Webhook, if URL is set, is told of every new request.
@@ -504,7 +513,7 @@ func Default() Config {
 		Log:       Log{Level: "info", Format: "json"},
 		Mode:      ModeEnforce,
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "capsnap"},
-		Approvals: Approvals{PendingTTL: 15 * time.Minute,
+		Approvals: Approvals{PendingTTL: 15 * time.Minute, DeniedFor: time.Hour, MaxRequestsPerPrincipal: 20, RequestsWindow: time.Hour,
 			Auth: ApprovalAuth{IdentityClaim: "sub", GroupsClaim: "groups"}, Webhook: Webhook{Timeout: 5 * time.Second}},
 	}
 }

@@ -313,6 +313,16 @@ func (a Approvals) validate(taken ...string) error {
 	if a.PendingTTL < time.Minute || a.PendingTTL > 24*time.Hour {
 		return fmt.Errorf("pending_ttl: %s is outside 1m..24h", a.PendingTTL)
 	}
+	// A denial stands no longer than the store keeps the request it is.
+	if a.DeniedFor < 0 || a.DeniedFor > 24*time.Hour {
+		return fmt.Errorf("denied_for: %s is outside 0..24h", a.DeniedFor)
+	}
+	if a.MaxRequestsPerPrincipal < 1 {
+		return fmt.Errorf("max_requests_per_principal: %d; at least 1", a.MaxRequestsPerPrincipal)
+	}
+	if a.RequestsWindow < time.Minute || a.RequestsWindow > 24*time.Hour {
+		return fmt.Errorf("requests_window: %s is outside 1m..24h", a.RequestsWindow)
+	}
 	switch au := a.Auth; {
 	case au.DevTokensFile != "" && (au.JWKSFile != "" || au.JWKSURL != ""):
 		return errors.New("auth.dev_tokens_file: set together with a JWKS; choose one")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +27,14 @@ func approvalFixture(t *testing.T) (*fixture, *approval.Service) {
 }
 
 // serveApprovals gives o an approval service on a memory store, on o's
-// clock, at https://approve.example.
-func serveApprovals(t *testing.T, o *Options) *approval.Service {
+// clock, at https://approve.example, as edit says.
+func serveApprovals(t *testing.T, o *Options, edit ...func(*approval.Config)) *approval.Service {
 	t.Helper()
-	svc, err := approval.New(approval.Config{Store: approval.NewMemory(time.Hour), BaseURL: "https://approve.example", Now: o.Now})
+	c := approval.Config{Store: approval.NewMemory(time.Hour), BaseURL: "https://approve.example", Now: o.Now}
+	for _, e := range edit {
+		e(&c)
+	}
+	svc, err := approval.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,5 +165,56 @@ func TestApprovalStoreDown(t *testing.T) {
 	}
 	if o := f.call(t, refundOf(40)); o.reason != "" {
 		t.Errorf("a call not held: %q", o.reason)
+	}
+}
+
+// A person's denial reaches the agent: the identical call is denied
+// approval_denied, with who and why, and opens no request, until the
+// denial's time is up. An agent that keeps asking with new arguments is
+// bounded: past the principal's requests in the window it is denied
+// rate_limited, with when to retry, and pages no one.
+func TestApprovalOutcomesReachTheAgent(t *testing.T) {
+	var svc *approval.Service
+	f := newFixture(t, func(o *Options) {
+		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
+		svc = serveApprovals(t, o, func(c *approval.Config) { c.DeniedFor, c.MaxNew, c.Window = time.Hour, 3, time.Hour })
+	})
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	o := f.call(t, refundOf(150))
+	if o.data.Approval == nil {
+		t.Fatalf("refund of 150: %+v", o)
+	}
+	id := o.data.Approval.ID
+	if _, err := svc.Decide(id, approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}, false, "order A-100 was refunded yesterday"); err != nil {
+		t.Fatal(err)
+	}
+	o = f.call(t, refundOf(150))
+	if o.reason != deny.ApprovalDenied || o.data.Approval == nil || o.data.Approval.ID != id || o.data.ReturnTo != deny.ReturnToNone ||
+		!strings.Contains(o.data.Detail, "bob@acme.example denied") || !strings.Contains(o.data.Detail, "order A-100 was refunded yesterday") {
+		t.Fatalf("the denied call again: %s, %+v", o.reason, o.data)
+	}
+	if !strings.Contains(f.audit.String(), `"reason":"approval_denied"`) {
+		t.Error("approval_denied is not audited")
+	}
+	// Two more new requests fill the bound of 3; the fourth pages no one.
+	for _, amount := range []float64{151, 152} {
+		if o := f.call(t, refundOf(amount)); o.reason != deny.ApprovalRequired {
+			t.Fatalf("refund of %v: %s", amount, o.reason)
+		}
+	}
+	o = f.call(t, refundOf(153))
+	if l := o.data.Limit; o.reason != deny.RateLimited || l == nil || l.Name != "approval_requests" || l.Limit != 3 || l.RetryAfterSeconds <= 0 {
+		t.Fatalf("a fourth new request: %s, %+v", o.reason, o.data.Limit)
+	}
+	if all, _ := svc.List(approval.Filter{}); len(all) != 3 {
+		t.Fatalf("%d requests, want 3", len(all))
+	}
+	// Once the denial's hour is up (and the window's), the call asks again.
+	f.clock.advance(time.Hour + time.Second)
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	if o := f.call(t, refundOf(150)); o.reason != deny.ApprovalRequired || o.data.Approval.ID == id {
+		t.Fatalf("after the denial's time: %s, %+v", o.reason, o.data.Approval)
 	}
 }

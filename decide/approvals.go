@@ -1,7 +1,9 @@
 package decide
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/deny"
@@ -48,9 +50,31 @@ func (a approvals) Ask(x policy.Approval) (*deny.ApprovalInfo, error) {
 	}
 	r, err := a.svc.Open(approval.Request{Binding: b, Arguments: x.Arguments, EffectClass: x.Effect.String(),
 		Rule: x.Rule, Approvers: x.Approvers, SelfApprove: x.SelfApprove, ApprovalTTL: x.TTL})
-	if err != nil {
+	var limited *approval.LimitError
+	switch {
+	case errors.As(err, &limited):
+		return nil, &deny.Error{Reason: deny.RateLimited,
+			Detail: fmt.Sprintf("%s opened %d approval requests in %s, the most it may: retry in %ds", x.Principal, limited.Used, limited.Window, retrySeconds(limited.RetryAfter)),
+			Limit: &deny.LimitInfo{Name: "approval_requests", Limit: float64(limited.Max), Used: float64(limited.Used), Amount: 1,
+				WindowSeconds: int64(limited.Window / time.Second), RetryAfterSeconds: retrySeconds(limited.RetryAfter)}}
+	case err != nil:
 		return nil, fmt.Errorf("%w: approvals: %v", store.ErrUnavailable, err)
 	}
-	return &deny.ApprovalInfo{ID: r.ID, URL: a.svc.URL(r.ID), ExpiresAt: r.Expires,
-		Message: fmt.Sprintf("%s asks to call %s/%s (%s): approve or deny this exact call", x.Principal, x.Server, x.Tool, x.Effect)}, nil
+	info := &deny.ApprovalInfo{ID: r.ID, URL: a.svc.URL(r.ID), ExpiresAt: r.Expires,
+		Message: fmt.Sprintf("%s asks to call %s/%s (%s): approve or deny this exact call", x.Principal, x.Server, x.Tool, x.Effect)}
+	if r.State == approval.Denied {
+		// The identical call, while the denial stands: "no", and why.
+		why := ""
+		if r.Reason != "" {
+			why = ": " + r.Reason
+		}
+		return nil, &deny.Error{Reason: deny.ApprovalDenied, Approval: info,
+			Detail: fmt.Sprintf("%s denied %s/%s with these exact arguments at %s%s; the same call is denied until %s",
+				r.DecidedBy, x.Server, x.Tool, r.DecidedAt.UTC().Format(time.RFC3339), why, r.DecidedAt.Add(r.DeniedFor).UTC().Format(time.RFC3339))}
+	}
+	return info, nil
 }
+
+// retrySeconds is d in whole seconds, rounded up: a caller that waits
+// this long finds the window moved.
+func retrySeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

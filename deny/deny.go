@@ -55,6 +55,9 @@ const (
 	// the tool's live digest, so it waits for review before it can join a
 	// snapshot.
 	ToolUnapproved Reason = "tool_unapproved"
+	// ApprovalDenied: a person denied this exact call, and the denial
+	// stands (Error.Approval names the request, the detail the reason).
+	ApprovalDenied Reason = "approval_denied"
 	// ToolUnderReview: the server changed the tool's definition (or lists
 	// it for the first time), and the change waits for a reviewer
 	// (Error.Review says where): the tool is in no snapshot meanwhile.
@@ -181,6 +184,7 @@ var specs = map[Reason]Spec{
 	RateLimited:         {Status: 429, ReturnTo: ReturnToLater},
 	OutsideSchedule:     {Status: 429, ReturnTo: ReturnToLater},
 	ApprovalRequired:    {Status: 403, ReturnTo: ReturnToApproval},
+	ApprovalDenied:      {Status: 403, ReturnTo: ReturnToNone},
 	ToolUnapproved:      {Status: 403, ReturnTo: ReturnToReview},
 	ToolUnderReview:     {Status: 403, ReturnTo: ReturnToLater},
 	ToolChangeRejected:  {Status: 403, ReturnTo: ReturnToPlanning},

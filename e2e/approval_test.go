@@ -44,7 +44,8 @@ func approve(t *testing.T, s *testbed.Stack, token, id string) error {
 // Every SDK's planner gets approval_required with where to approve; once
 // the on-call approves, the identical refund runs once; again, or with
 // another amount, it needs another approval. An approver outside the rule
-// cannot approve.
+// cannot approve. Once the on-call denies it, the identical call is denied
+// approval_denied, with the reason.
 func TestSDKApproval(t *testing.T) {
 	kinds := sdkKinds(t)
 	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
@@ -69,7 +70,18 @@ func TestSDKApproval(t *testing.T) {
 			if got := starts(t, s, "billing", "refund") - before; got != 1 {
 				t.Fatalf("[%s] refund's handler ran %d times, want once", kind.name, got)
 			}
-			a.mustDeny(t, "refund", refundOf(150, "damaged"), "approval_required")
+			// Asked again, and denied: the agent learns "no", and why,
+			// and pages no one again.
+			again := a.mustDeny(t, "refund", refundOf(150, "damaged"), "approval_required")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := (&approval.Client{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}).Decide(ctx, again.Approval.ID, false, "A-100 was refunded already"); err != nil {
+				t.Fatalf("[%s] deny: %v", kind.name, err)
+			}
+			denied := a.mustDeny(t, "refund", refundOf(150, "damaged"), "approval_denied")
+			if denied.ReturnTo != "none" || denied.Approval == nil || denied.Approval.ID != again.Approval.ID || !strings.Contains(denied.Detail, "A-100 was refunded already") {
+				t.Fatalf("[%s] the denial reached the agent as %+v", kind.name, denied)
+			}
 		})
 	}
 }

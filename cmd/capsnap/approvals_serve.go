@@ -45,6 +45,7 @@ func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger,
 	}
 	svc, err := approval.New(approval.Config{
 		Store: requests, BaseURL: strings.TrimSuffix(base, "/"), PendingTTL: a.PendingTTL,
+		DeniedFor: a.DeniedFor, MaxNew: a.MaxRequestsPerPrincipal, Window: a.RequestsWindow,
 		Audit:      auditApproval(auditLog),
 		Webhook:    approval.WebhookConfig{URL: a.Webhook.URL, Timeout: a.Webhook.Timeout},
 		Registerer: reg, Log: log.With().Str("component", "approvals").Logger(),

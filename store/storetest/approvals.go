@@ -35,6 +35,7 @@ func runApprovals(t *testing.T, open Open) {
 		{"ConsumeIsSingleUseAndExact", consumeIsSingleUseAndExact},
 		{"ARequestAfterTheLastOneEnds", aRequestAfterTheLastOneEnds},
 		{"ARejectedChangeHoldsItsBinding", aRejectedChangeHoldsItsBinding},
+		{"ADenialStandsItsTime", aDenialStandsItsTime},
 		{"ExpireMarksEachOnce", expireMarksEachOnce},
 		{"RequestsAreForgottenAfterRetain", requestsAreForgottenAfterRetain},
 		{"RacesHaveOneWinner", racesHaveOneWinner},
@@ -521,5 +522,26 @@ func aRejectedChangeHoldsItsBinding(t *testing.T, st approval.Store) {
 	// The API answers with it as JSON: a review's arguments are none.
 	if _, err := json.Marshal(again); err != nil {
 		t.Fatalf("the review as stored is no JSON: %v", err)
+	}
+}
+
+// A held call a person denied holds its binding for DeniedFor after the
+// decision: the identical call gets the denial, with its reason, not a
+// new request; after it, a new request opens.
+func aDenialStandsItsTime(t *testing.T, st approval.Store) {
+	now := base()
+	b := Binding("agent", approval.NewID())
+	req := Request(b, now)
+	req.DeniedFor = 10 * time.Minute
+	r := mustOpen(t, st, req, now)
+	mustDecide(t, st, r.ID, alice, false, now)
+	at := now.Add(10*time.Minute - time.Millisecond)
+	again, opened, err := st.Open(Request(b, at), at)
+	if err != nil || opened || again.ID != r.ID || again.State != approval.Denied || again.Reason != "checked the order" || again.DeniedFor != 10*time.Minute {
+		t.Fatalf("within the denial: %+v, opened %v, %v", again, opened, err)
+	}
+	at = now.Add(10 * time.Minute)
+	if next := mustOpen(t, st, Request(b, at), at); next.ID == r.ID {
+		t.Fatal("the denial stood past its time")
 	}
 }
