@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +82,8 @@ func TestApprovalBindsTheExactCall(t *testing.T) {
 }
 
 // A client that declared URL-mode elicitation gets MCP's
-// URLElicitationRequiredError: in 2026-07-28 on the call itself, in
-// 2025-11-25 at the initialize whose answer named its session.
+// URLElicitationRequiredError in 2025-11-25, once the initialize whose
+// answer named its session declared it.
 func TestApprovalAsURLElicitation(t *testing.T) {
 	f, _ := approvalFixture(t)
 	elicitation := func(t *testing.T, c checkCase) (code int, url string) {
@@ -107,13 +108,8 @@ func TestApprovalAsURLElicitation(t *testing.T) {
 		}
 		return body.Error.Code, url
 	}
-	const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}`
-	call2026 := checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "refund"},
-		Body: `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":150,"reason_code":"damaged"},` + meta2026 + `}}`}
-	f.list(t, support, "billing", map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
-	if code, url := elicitation(t, call2026); code != CodeURLElicitationRequired || url == "" {
-		t.Fatalf("2026-07-28 with url elicitation: code %d, url %q", code, url)
-	}
+	// 2026-07-28: the call itself declares it, and is answered with an
+	// InputRequiredResult (TestInputRequiredResult).
 
 	// 2025-11-25: the session is named by the initialize's answer.
 	init := checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2025-11-25"},
@@ -135,6 +131,82 @@ func TestApprovalAsURLElicitation(t *testing.T) {
 	f.Elicits("S-1")
 	if code, url := elicitation(t, call1125); code != CodeURLElicitationRequired || url == "" {
 		t.Fatalf("a session that declared url elicitation: code %d, url %q", code, url)
+	}
+}
+
+// A 2026-07-28 client that declares URL-mode elicitation on the call gets
+// the approval as 2026-07-28 has it: a result, InputRequiredResult, with
+// one URL-mode elicitation/create, the approval page, and no
+// requestState. Its retry (a new id, inputResponses under capsnap's key)
+// is the same call: held while undecided, run once approved, and no more.
+// A client that declared no URL elicitation gets capsnap's own error.
+func TestInputRequiredResult(t *testing.T) {
+	f, svc := approvalFixture(t)
+	const caps = `"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}`
+	call := func(id int, meta, extra string) checkCase {
+		return checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "refund"},
+			Body: fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":150,"reason_code":"damaged"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"%s}%s}}`, id, meta, extra)}
+	}
+	answer := func(c checkCase) (status int, body map[string]any) {
+		t.Helper()
+		resp, err := f.Check(context.Background(), c.request())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetOkResponse() != nil {
+			return 0, nil
+		}
+		d := resp.GetDeniedResponse()
+		if err := json.Unmarshal([]byte(d.GetBody()), &body); err != nil {
+			t.Fatal(err)
+		}
+		return int(d.GetStatus().GetCode()), body
+	}
+	f.list(t, support, "billing", map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
+	status, body := answer(call(5, ","+caps, ""))
+	result, _ := body["result"].(map[string]any)
+	reqs, _ := result["inputRequests"].(map[string]any)
+	approvalReq, _ := reqs[InputRequestApproval].(map[string]any)
+	params, _ := approvalReq["params"].(map[string]any)
+	url, _ := params["url"].(string)
+	if status != 200 || body["id"] != float64(5) || result["resultType"] != "input_required" || len(reqs) != 1 ||
+		approvalReq["method"] != "elicitation/create" || params["mode"] != "url" || !strings.HasPrefix(url, "https://approve.example/approvals/") {
+		t.Fatalf("the held call: %d %v", status, body)
+	}
+	if _, ok := result["requestState"]; ok {
+		t.Fatalf("capsnap minted a requestState: %v", result)
+	}
+	if _, ok := body["error"]; ok {
+		t.Fatalf("an InputRequiredResult with an error: %v", body)
+	}
+
+	retry := call(6, ","+caps, `,"inputResponses":{"`+InputRequestApproval+`":{"action":"accept"}}`)
+	if status, body := answer(retry); status != 200 || body["result"].(map[string]any)["resultType"] != "input_required" {
+		t.Fatalf("the retry before anyone decided: %d %v", status, body)
+	}
+	id := strings.TrimPrefix(url, "https://approve.example/approvals/")
+	if _, err := svc.Decide(id, approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}, true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := answer(call(7, ","+caps, `,"inputResponses":{"`+InputRequestApproval+`":{"action":"accept"}}`)); status != 0 {
+		t.Fatalf("the approved retry: %d %v", status, body)
+	}
+	if status, body := answer(call(8, ","+caps, `,"inputResponses":{"`+InputRequestApproval+`":{"action":"accept"}}`)); status != 200 || body["result"] == nil {
+		t.Fatalf("a second retry ran: %d %v", status, body)
+	}
+
+	// The user declined (or cancelled) the elicitation: the approval as an
+	// error, which ends the client's retries.
+	status, body = answer(call(10, ","+caps, `,"inputResponses":{"`+InputRequestApproval+`":{"action":"decline"}}`))
+	if e, _ := body["error"].(map[string]any); status != 200 || e == nil || e["code"] != float64(CodeDenied) {
+		t.Fatalf("the declined retry: %d %v", status, body)
+	}
+
+	// No URL elicitation declared: capsnap's own error, data.approval.
+	status, body = answer(call(9, "", ""))
+	e, _ := body["error"].(map[string]any)
+	if status != 200 || e["code"] != float64(CodeDenied) || e["data"].(map[string]any)["approval"] == nil {
+		t.Fatalf("without url elicitation: %d %v", status, body)
 	}
 }
 

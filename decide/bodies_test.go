@@ -37,12 +37,16 @@ func TestHeldAndChangedBodiesGolden(t *testing.T) {
 	bodies := map[string][]byte{}
 	held := refundOf(150)
 	bodies["approval_required"] = body(held)
+	held2026 := checkCase{Principal: support, Headers: map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "refund"},
+		Body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"A-100","amount":149,"reason_code":"damaged"},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}}`}
+	f.list(t, support, "billing", map[string]string{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
+	bodies["input_required_2026"] = body(held2026)
 	o := f.call(t, held)
 	if _, err := svc.Decide(o.data.Approval.ID, approval.Approver{ID: "bob@acme.example", Groups: []string{"oncall"}}, false, "order A-100 was refunded yesterday"); err != nil {
 		t.Fatal(err)
 	}
 	bodies["approval_denied"] = body(held)
-	f.call(t, refundOf(151))
 	bodies["approval_requests_limited"] = body(refundOf(152))
 
 	c, _ := changesFixture(t, "policy.yaml")

@@ -11,8 +11,15 @@ import (
 
 // CodeURLElicitationRequired is MCP's URLElicitationRequiredError (2025-11-25):
 // the request cannot proceed until the user completes the URL-mode
-// elicitations in its data.
+// elicitations in its data. 2026-07-28 removed it (a request that needs the
+// user returns an InputRequiredResult instead), and never reuses it.
 const CodeURLElicitationRequired = -32042
+
+// InputRequestApproval is the key of capsnap's one entry in an
+// InputRequiredResult's inputRequests, and so in the retry's
+// inputResponses: a key no server assigns, which the server the retry
+// reaches ignores (the SDK servers do; the spec asks them to).
+const InputRequestApproval = "io.capsnap/approval"
 
 // elicitors remembers the sessions whose client declared URL-mode
 // elicitation at initialize, until sessionKept after: MCP 2025-11-25's
@@ -97,6 +104,70 @@ func (d *decision) urlElicitationJSON() []byte {
 	b.Error.Message = "capsnap: a person must approve this call: " + string(deny.ApprovalRequired)
 	b.Error.Data.Elicitations = []urlElicitation{{Mode: "url", ElicitationID: a.ID, URL: a.URL, Message: a.Message}}
 	b.Error.Data.Capsnap = d.errorData()
+	body, err := json.Marshal(b)
+	if err != nil {
+		return d.errorJSON() // strings and checked JSON: cannot happen, and would still deny
+	}
+	return body
+}
+
+// declined reports whether m is the retry of a call whose user declined,
+// or cancelled, capsnap's URL elicitation: its inputResponses answer
+// capsnap's entry with another action than accept. It then gets the
+// approval as an error, which ends the client's retry loop, rather than
+// the same InputRequiredResult again.
+func declined(m *mcpparse.Message) bool {
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	if m == nil || json.Unmarshal(m.Params, &p) != nil {
+		return false
+	}
+	raw, ok := p.InputResponses[InputRequestApproval]
+	if !ok {
+		return false
+	}
+	var r struct {
+		Action string `json:"action"`
+	}
+	return json.Unmarshal(raw, &r) != nil || r.Action != "accept"
+}
+
+// inputRequiredJSON is an approval_required denial as 2026-07-28 has a
+// request that needs the user: a result, InputRequiredResult, with one
+// URL-mode elicitation/create, the approval page. It carries no
+// requestState: the retry is matched to the approval by what it binds
+// (principal, tool, definition, policy, arguments; single use, expiring),
+// and a requestState capsnap minted would reach the server, which is not
+// capsnap's to strip (ext_authz cannot change a body) and which the Python
+// SDK's server refuses as one it did not mint (-32602). The SDK clients
+// retry with inputResponses and, there being none, no requestState; a
+// retry while the person has not yet decided is answered the same way.
+func (d *decision) inputRequiredJSON() []byte {
+	a := d.Denial.Approval
+	type elicit struct {
+		Mode    string `json:"mode"`
+		Message string `json:"message"`
+		URL     string `json:"url"`
+	}
+	type inputRequest struct {
+		Method string `json:"method"`
+		Params elicit `json:"params"`
+	}
+	var b struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  struct {
+			ResultType    string                  `json:"resultType"`
+			InputRequests map[string]inputRequest `json:"inputRequests"`
+			Meta          map[string]errorData    `json:"_meta"`
+		} `json:"result"`
+	}
+	b.JSONRPC, b.ID = "2.0", d.id
+	b.Result.ResultType = "input_required"
+	b.Result.InputRequests = map[string]inputRequest{InputRequestApproval: {Method: "elicitation/create",
+		Params: elicit{Mode: "url", Message: a.Message + ": open the page, decide, then continue", URL: a.URL}}}
+	b.Result.Meta = map[string]errorData{MetaKeyDenial: d.errorData()}
 	body, err := json.Marshal(b)
 	if err != nil {
 		return d.errorJSON() // strings and checked JSON: cannot happen, and would still deny

@@ -7,6 +7,7 @@ import (
 
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/policy"
 )
 
@@ -215,6 +216,12 @@ func (d *decision) toolResultJSON() []byte {
 // requests unanswered.
 func (d *decision) denialBody(form config.Denials) (int, []byte) {
 	switch {
+	// 2026-07-28's own answer for what a person must do at a URL, a
+	// result: 200 whatever the form, as the client retries on a result.
+	case d.urlElicitation && d.version == mcpparse.V20260728 && !declined(d.call):
+		return 200, d.inputRequiredJSON()
+	case d.urlElicitation && d.version == mcpparse.V20260728:
+		return 200, d.errorJSON()
 	// MCP's own error for what a person must do at a URL, as the client
 	// asked for it, in whichever status the form answers with.
 	case d.urlElicitation && form.Status == config.StatusHTTPError:

@@ -86,7 +86,7 @@ func TestSDKApproval(t *testing.T) {
 	}
 }
 
-// A client that declared URL-mode elicitation gets MCP's
+// A 2025-11-25 client that declared URL-mode elicitation gets MCP's
 // URLElicitationRequiredError, with the approval page as the elicitation's
 // URL: TypeScript's client throws its UrlElicitationRequiredError; Python's
 // raises an MCPError with code -32042, which its
@@ -94,7 +94,9 @@ func TestSDKApproval(t *testing.T) {
 // runs.
 func TestSDKApprovalAsURLElicitation(t *testing.T) {
 	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
-	want := map[string]string{"typescript": "UrlElicitationRequiredError", "python": "mcp.shared.exceptions.MCPError", "python-client": "mcp.shared.exceptions.MCPError"}
+	// At 2026-07-28 (python-client) the same is an InputRequiredResult:
+	// TestSDKApprovalAsInputRequired.
+	want := map[string]string{"typescript": "UrlElicitationRequiredError", "python": "mcp.shared.exceptions.MCPError"}
 	for _, kind := range sdkKinds(t) {
 		class, ok := want[kind.name]
 		if !ok {
@@ -133,5 +135,68 @@ func TestSDKApprovalAsURLElicitation(t *testing.T) {
 			}
 			a.mustAllow(t, "refund", refundOf(150, "damaged"))
 		})
+	}
+}
+
+// A 2026-07-28 agent on the Python SDK completes an approval with no
+// capsnap-specific code: its held refund comes back as an
+// InputRequiredResult, the SDK hands the URL elicitation to the
+// application's elicitation handler (here the person approves on the page
+// and the handler accepts), the SDK retries, and the refund runs once. A
+// second identical call needs a new approval; one the on-call denies
+// reaches the agent as approval_denied, with the reason.
+func TestSDKApprovalAsInputRequired(t *testing.T) {
+	var kind sdkKind
+	for _, k := range sdkKinds(t) {
+		if k.name == "python-client" {
+			kind = k
+		}
+	}
+	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
+	approver := &sdkApprover{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}
+	a, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true, ElicitationApprove: approver}, "spiffe://acme/agent/input-required")
+	if !st.OK || st.ProtocolVersion != "2026-07-28" {
+		t.Fatalf("connect: %s", st.summary())
+	}
+	a.list(t)
+	before := starts(t, s, "billing", "refund")
+	st = a.call(t, "refund", refundOf(150, "damaged"))
+	if !st.OK || len(st.Elicited) != 1 || st.Elicited[0].Mode != "url" || !strings.HasPrefix(st.Elicited[0].URL, s.ApprovalsURL()+"/approvals/") || st.Elicited[0].Approved != 200 {
+		t.Fatalf("the held refund: %s, elicited %+v", st.summary(), st.Elicited)
+	}
+	if got := starts(t, s, "billing", "refund") - before; got != 1 {
+		t.Fatalf("refund's handler ran %d times, want once", got)
+	}
+	// The wire: the held call answered 200 with a result, then the retry.
+	calls := 0
+	for _, h := range st.HTTP {
+		if h.Method == "tools/call" {
+			calls++
+		}
+	}
+	if calls != 2 {
+		t.Fatalf("%d tools/call requests, want the call and its retry: %s", calls, st.summary())
+	}
+
+	// Denied this time: the handler is asked, declines (no approver for
+	// it), and the denial comes with the reason on the next call.
+	a2, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true}, "spiffe://acme/agent/input-required-denied")
+	if !st.OK {
+		t.Fatalf("connect: %s", st.summary())
+	}
+	a2.list(t)
+	st = a2.call(t, "refund", refundOf(160, "damaged"))
+	if len(st.Elicited) != 1 {
+		t.Fatalf("the held refund: %s, elicited %+v", st.summary(), st.Elicited)
+	}
+	id := strings.TrimPrefix(st.Elicited[0].URL, s.ApprovalsURL()+"/approvals/")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := (&approval.Client{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}).Decide(ctx, id, false, "not this order"); err != nil {
+		t.Fatal(err)
+	}
+	denied := a2.mustDeny(t, "refund", refundOf(160, "damaged"), "approval_denied")
+	if !strings.Contains(denied.Detail, "not this order") {
+		t.Fatalf("the denial reached the agent as %+v", denied)
 	}
 }

@@ -70,6 +70,17 @@ type sdkReq struct {
 	TimeoutMS int               `json:"timeout_ms,omitempty"`
 	// ElicitationURL declares URL-mode elicitation at connect.
 	ElicitationURL bool `json:"elicitation_url,omitempty"`
+	// ElicitationApprove, with ElicitationURL, has the client's
+	// elicitation handler play the person (Python): it approves the
+	// request at the URL it is asked to open, through this approval API,
+	// and accepts.
+	ElicitationApprove *sdkApprover `json:"elicitation_approve,omitempty"`
+}
+
+// sdkApprover is an approval API and an approver's token.
+type sdkApprover struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
 }
 
 // sdkError is what an SDK threw or returned as an error.
@@ -162,6 +173,12 @@ type sdkStep struct {
 	SessionID       string          `json:"session_id"`
 	// Progress are the notifications a call with Progress got.
 	Progress []sdkProgress `json:"-"`
+	// Elicited are the elicitations a call's handler was asked (Python).
+	Elicited []struct {
+		Mode     string `json:"mode"`
+		URL      string `json:"url"`
+		Approved int    `json:"approved"`
+	} `json:"elicited"`
 }
 
 // sdkResult is a CallToolResult, by its wire names.

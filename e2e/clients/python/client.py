@@ -108,6 +108,10 @@ class Runner:
         self.transport_session_id: Any = None
         self.onerror: list[str] = []
         self.http: list[dict[str, Any]] = []
+        # step elicitation_approve: {url, token} of the approval API, with
+        # which elicit plays the person; elicited are the elicitations seen.
+        self.approver: dict[str, str] | None = None
+        self.elicited: list[dict[str, Any]] = []
 
     async def on_request(self, request: httpx2.Request) -> None:
         rec: dict[str, Any] = {"http_method": request.method}
@@ -136,8 +140,21 @@ class Runner:
             self.onerror.append(f"message_handler: {type(msg).__name__}: {msg}"[:500])
 
     async def elicit(self, context: Any, params: Any) -> Any:
-        """Declines: the tests answer elicitations by their URL, out of band."""
-        return mcp_types.ElicitResult(action="decline")
+        """Declines, unless the step said to play the person: then it records
+        the URL it was asked to open, approves there through the approval
+        API with the step's token, and accepts, as an application would once
+        its user is back."""
+        url = getattr(params, "url", None)
+        self.elicited.append({"mode": getattr(params, "mode", None), "url": url, "message": getattr(params, "message", None)})
+        approver = self.approver
+        if not approver or not url or not url.startswith(approver["url"] + "/approvals/"):
+            return mcp_types.ElicitResult(action="decline")
+        request_id = url[len(approver["url"] + "/approvals/"):]
+        async with httpx2.AsyncClient(timeout=10) as c:
+            r = await c.post(f"{approver['url']}/api/approvals/{request_id}/approve",
+                             headers={"Authorization": f"Bearer {approver['token']}"}, json={"reason": "approved in the elicitation"})
+            self.elicited[-1]["approved"] = r.status_code
+        return mcp_types.ElicitResult(action="accept")
 
     async def connect(self, step: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -163,6 +180,7 @@ class Runner:
         extra: dict[str, Any] = {}
         if step.get("elicitation_url"):
             extra["elicitation_callback"] = self.elicit
+            self.approver = step.get("elicitation_approve")
         try:
             if api == "client":
                 client = Client(transport, message_handler=self.message_handler, read_timeout_seconds=timeout_s, **extra)
@@ -212,6 +230,7 @@ class Runner:
             return {"error": {"class": "unsupported", "message": "the Python SDK has no streaming tool-call API"}}
         if self.session is None:
             return {"error": {"class": "not_connected", "message": "not connected"}}
+        self.elicited = []
         try:
             with anyio.fail_after(timeout_s + 5):
                 if op == "list":
@@ -227,11 +246,17 @@ class Runner:
 
                         kw["progress_callback"] = progress
                     r = await self.session.call_tool(step["name"], step.get("arguments") or {}, **kw)
-                    return {"result": r.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                    out = {"result": r.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                    if self.elicited:
+                        out["elicited"] = self.elicited
+                    return out
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, anyio.get_cancelled_exc_class()):
                 raise
-            return {"error": describe_err(e)}
+            out = {"error": describe_err(e)}
+            if self.elicited:
+                out["elicited"] = self.elicited
+            return out
         return {"error": {"class": "bad_step", "message": f"unknown op {op!r}"}}
 
 
