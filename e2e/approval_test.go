@@ -138,7 +138,7 @@ func TestSDKApprovalAsURLElicitation(t *testing.T) {
 	}
 }
 
-// A 2026-07-28 agent on the Python SDK completes an approval with no
+// A 2026-07-28 agent on the Go or Python SDK completes an approval with no
 // capsnap-specific code: its held refund comes back as an
 // InputRequiredResult, the SDK hands the URL elicitation to the
 // application's elicitation handler (here the person approves on the page
@@ -146,15 +146,19 @@ func TestSDKApprovalAsURLElicitation(t *testing.T) {
 // second identical call needs a new approval; one the on-call denies
 // reaches the agent as approval_denied, with the reason.
 func TestSDKApprovalAsInputRequired(t *testing.T) {
-	var kind sdkKind
-	for _, k := range sdkKinds(t) {
-		if k.name == "python-client" {
-			kind = k
+	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
+	for _, kind := range sdkKinds(t) {
+		// The clients that speak 2026-07-28: Go's by default, Python's
+		// mcp.Client; TypeScript's (1.32.2) does not.
+		if kind.name == "go" || kind.name == "python-client" {
+			t.Run(kind.name, func(t *testing.T) { inputRequired(t, s, kind) })
 		}
 	}
-	s := startStackWith(t, func(o *testbed.StackOptions) { o.Policy, o.Approvals = []byte(approvalPolicy), true })
+}
+
+func inputRequired(t *testing.T, s *testbed.Stack, kind sdkKind) {
 	approver := &sdkApprover{URL: s.ApprovalsURL(), Token: testbed.ApproverToken}
-	a, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true, ElicitationApprove: approver}, "spiffe://acme/agent/input-required")
+	a, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true, ElicitationApprove: approver}, "spiffe://acme/agent/input-required-"+kind.name)
 	if !st.OK || st.ProtocolVersion != "2026-07-28" {
 		t.Fatalf("connect: %s", st.summary())
 	}
@@ -180,7 +184,7 @@ func TestSDKApprovalAsInputRequired(t *testing.T) {
 
 	// Denied this time: the handler is asked, declines (no approver for
 	// it), and the denial comes with the reason on the next call.
-	a2, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true}, "spiffe://acme/agent/input-required-denied")
+	a2, st := sdkConnectWith(t, kind, sdkReq{URL: s.MCPURL(), ElicitationURL: true}, "spiffe://acme/agent/input-required-denied-"+kind.name)
 	if !st.OK {
 		t.Fatalf("connect: %s", st.summary())
 	}

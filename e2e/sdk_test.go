@@ -35,6 +35,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/examples/billing"
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -71,7 +72,7 @@ type sdkReq struct {
 	// ElicitationURL declares URL-mode elicitation at connect.
 	ElicitationURL bool `json:"elicitation_url,omitempty"`
 	// ElicitationApprove, with ElicitationURL, has the client's
-	// elicitation handler play the person (Python): it approves the
+	// elicitation handler play the person (Go, Python): it approves the
 	// request at the URL it is asked to open, through this approval API,
 	// and accepts.
 	ElicitationApprove *sdkApprover `json:"elicitation_approve,omitempty"`
@@ -173,12 +174,16 @@ type sdkStep struct {
 	SessionID       string          `json:"session_id"`
 	// Progress are the notifications a call with Progress got.
 	Progress []sdkProgress `json:"-"`
-	// Elicited are the elicitations a call's handler was asked (Python).
-	Elicited []struct {
-		Mode     string `json:"mode"`
-		URL      string `json:"url"`
-		Approved int    `json:"approved"`
-	} `json:"elicited"`
+	// Elicited are the elicitations a call's handler was asked.
+	Elicited []sdkElicited `json:"elicited"`
+}
+
+// sdkElicited is one elicitation a client's handler was asked, and the
+// approval API's status when it played the person.
+type sdkElicited struct {
+	Mode     string `json:"mode"`
+	URL      string `json:"url"`
+	Approved int    `json:"approved"`
 }
 
 // sdkResult is a CallToolResult, by its wire names.
@@ -981,6 +986,7 @@ type sdkGoClient struct {
 	mu       sync.Mutex
 	step     string
 	progress []sdkProgress
+	elicited []sdkElicited
 }
 
 // sdkRecorder sends a step's headers on every request and records what
@@ -1080,7 +1086,7 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 	case "connect":
 		st.SDK, _ = json.Marshal(map[string]string{"name": "github.com/modelcontextprotocol/go-sdk", "version": sdkGoVersion()})
 		g.rec = &sdkRecorder{headers: r.Headers}
-		c := mcp.NewClient(&mcp.Implementation{Name: "capsnap-e2e-go", Version: "1"}, &mcp.ClientOptions{
+		opts := &mcp.ClientOptions{
 			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 				g.mu.Lock()
 				defer g.mu.Unlock()
@@ -1088,7 +1094,13 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 					g.progress = append(g.progress, sdkProgress{T: sdkNow(), Progress: req.Params.Progress, Total: req.Params.Total})
 				}
 			},
-		})
+		}
+		if r.ElicitationURL {
+			// The SDK infers form mode from a handler; URL mode is declared.
+			opts.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}}
+			opts.ElicitationHandler = g.elicit(r.ElicitationApprove)
+		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "capsnap-e2e-go", Version: "1"}, opts)
 		transport := &mcp.StreamableClientTransport{Endpoint: r.URL, HTTPClient: &http.Client{Transport: g.rec}, DisableStandaloneSSE: g.noStandaloneSSE}
 		var cs *mcp.ClientSession
 		// The connection outlives ctx: Connect bounds only the handshake.
@@ -1106,6 +1118,9 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 			}
 		}
 	case "call":
+		g.mu.Lock()
+		g.elicited = nil
+		g.mu.Unlock()
 		params := &mcp.CallToolParams{Name: r.Name, Arguments: r.Arguments}
 		if r.Progress {
 			params.SetProgressToken(r.ID)
@@ -1132,10 +1147,33 @@ func (g *sdkGoClient) do(t *testing.T, r sdkReq) sdkStep {
 	// just after it.
 	time.Sleep(20 * time.Millisecond)
 	g.mu.Lock()
-	st.Progress = g.progress
+	st.Progress, st.Elicited = g.progress, g.elicited
 	g.mu.Unlock()
 	st.HTTP = g.rec.take()
 	return st
+}
+
+// elicit is the Go agent's elicitation handler: it records what it was
+// asked and, with an approver, plays the person (approves at the URL
+// through the approval API) and accepts, as the Python agent does;
+// without one it declines.
+func (g *sdkGoClient) elicit(approver *sdkApprover) func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	return func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		seen := sdkElicited{Mode: req.Params.Mode, URL: req.Params.URL}
+		action := "decline"
+		if prefix := ""; approver != nil {
+			prefix = approver.URL + "/approvals/"
+			if id, ok := strings.CutPrefix(req.Params.URL, prefix); ok {
+				if _, err := (&approval.Client{URL: approver.URL, Token: approver.Token}).Decide(ctx, id, true, "approved in the elicitation"); err == nil {
+					seen.Approved, action = http.StatusOK, "accept"
+				}
+			}
+		}
+		g.mu.Lock()
+		g.elicited = append(g.elicited, seen)
+		g.mu.Unlock()
+		return &mcp.ElicitResult{Action: action}, nil
+	}
 }
 
 // sdkNow is the time as the client programs print it: ms since the epoch.
