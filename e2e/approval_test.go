@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,36 @@ func inputRequired(t *testing.T, s *testbed.Stack, kind sdkKind) {
 	denied := a2.mustDeny(t, "refund", refundOf(160, "damaged"), "approval_denied")
 	if !strings.Contains(denied.Detail, "not this order") {
 		t.Fatalf("the denial reached the agent as %+v", denied)
+	}
+}
+
+// The approved retry reaches a server on the Python SDK (its MCPServer,
+// which refuses any requestState it did not seal, and which capsnap
+// therefore sends none) and runs there once; the Go SDK's server is the
+// stack's billing (TestSDKApprovalAsInputRequired). The TypeScript SDK's
+// server (1.32.2) does not speak 2026-07-28, so no InputRequiredResult
+// arises on its sessions.
+func TestInputRequiredReachesThePythonServer(t *testing.T) {
+	var python verifierServer
+	for _, srv := range verifierServers(t) {
+		if srv.name == "python" {
+			python = srv
+		}
+	}
+	s := startStackWith(t, func(o *testbed.StackOptions) {
+		o.Policy, o.Approvals, o.Envelope = []byte(approvalPolicy), true, true
+		jwks := fmt.Sprintf("http://127.0.0.1:%d/.well-known/jwks.json", o.Ports.Admin)
+		o.ServerCommand = func(id, addr string) (string, []string, []string) {
+			bin, args := python.command(id, addr, jwks, "")
+			return bin, args, nil
+		}
+	})
+	for _, kind := range sdkKinds(t) {
+		if kind.name == "python-client" {
+			inputRequired(t, s, kind)
+		}
+	}
+	if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
+		t.Fatalf("the Python server refused calls capsnap allowed: %v", st.Refusals)
 	}
 }
