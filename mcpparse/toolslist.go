@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -25,9 +26,13 @@ type ToolsList struct {
 	// TTLMs is result.ttlMs (2026-07-28): how long the client may cache
 	// the list; -1 when absent.
 	TTLMs int64
+	// CacheScope is result.cacheScope (2026-07-28): "public" or "private",
+	// "" when absent.
+	CacheScope string
 
-	// tools and ttl are the spans of result.tools and result.ttlMs in doc.
-	tools, ttl span
+	// tools, ttl and scope are the spans of result.tools, result.ttlMs
+	// and result.cacheScope in doc.
+	tools, ttl, scope span
 }
 
 type span struct{ start, end int }
@@ -270,6 +275,11 @@ func readListResponse(doc []byte, resp *answer, id json.RawMessage) (*ToolsList,
 				return nil, fmt.Errorf("tools/list response: ttlMs %s is not a non-negative integer", excerpt(v))
 			}
 			l.TTLMs, l.ttl = n, spanOf(doc, v)
+		case "cacheScope":
+			if v[0] != '"' {
+				return nil, fmt.Errorf("tools/list response: cacheScope is a JSON %s, not a string", jsonType(v))
+			}
+			l.CacheScope, l.scope = unquote(v), spanOf(doc, v)
 		default:
 			if g, ok := caseVariant(k, resultMembers); ok {
 				return nil, fmt.Errorf("tools/list response: result member %s is %q in another letter case", excerpt(k), g)
@@ -310,7 +320,7 @@ func elementsFrom(data []byte, at int) ([]DeliveredTool, int) {
 }
 
 // resultMembers are the tools/list result members capsnap reads.
-var resultMembers = []string{"tools", "nextCursor", "ttlMs"}
+var resultMembers = []string{"tools", "nextCursor", "ttlMs", "cacheScope"}
 
 // spanOf is the span of sub, a subslice of doc, within doc.
 func spanOf(doc, sub []byte) span {
@@ -319,24 +329,21 @@ func spanOf(doc, sub []byte) span {
 }
 
 // Rewrite returns the document with only the tools keep says to keep, each
-// byte for byte as delivered, and ttlMs lowered to maxTTLMs if it was
-// higher. Everything else in the document is unchanged. A JSON-RPC error
-// response is returned as it is.
+// byte for byte as delivered, ttlMs lowered to maxTTLMs if it was higher,
+// and, when it keeps fewer tools than the server listed, cacheScope
+// "private": the list is then this principal's, and a cache shared across
+// authorization contexts must not serve it to another (2026-07-28's
+// CacheableResult), whatever the server said. Everything else in the
+// document is unchanged. A JSON-RPC error response is returned as it is.
 func (l *ToolsList) Rewrite(keep []bool, maxTTLMs int64) []byte {
 	if l.Error {
 		return l.doc
-	}
-	maxTTLMs = max(maxTTLMs, 0)
-	var buf [20]byte
-	var ttl []byte
-	if l.TTLMs >= 0 && l.TTLMs > maxTTLMs {
-		ttl = strconv.AppendInt(buf[:0], maxTTLMs, 10)
 	}
 	// The kept tools are written straight into one buffer of exactly the
 	// result's size: the delivered list is often a small part of the
 	// server's, and a buffer the size of the server's list (or a second
 	// one for the tools) would be garbage on every listing.
-	size := len(l.doc) - (l.tools.end - l.tools.start) + len("[]")
+	size := len("[]")
 	kept := 0
 	for i, t := range l.Tools {
 		if keep[i] {
@@ -345,34 +352,48 @@ func (l *ToolsList) Rewrite(keep []bool, maxTTLMs int64) []byte {
 		}
 	}
 	size += max(kept-1, 0) // the commas between them
-	if ttl != nil {
-		size += len(ttl) - (l.ttl.end - l.ttl.start)
+	edits := []edit{{at: l.tools, size: size, write: func(out []byte) []byte {
+		out = append(out, '[')
+		first := true
+		for i, t := range l.Tools {
+			if !keep[i] {
+				continue
+			}
+			if !first {
+				out = append(out, ',')
+			}
+			first = false
+			out = append(out, t.Raw...)
+		}
+		return append(out, ']')
+	}}}
+	if maxTTLMs = max(maxTTLMs, 0); l.TTLMs >= 0 && l.TTLMs > maxTTLMs {
+		ttl := strconv.AppendInt(nil, maxTTLMs, 10)
+		edits = append(edits, edit{at: l.ttl, size: len(ttl), write: func(out []byte) []byte { return append(out, ttl...) }})
 	}
-	out := make([]byte, 0, size)
+	const private = `"private"`
+	if l.scope.end > 0 && kept < len(l.Tools) {
+		edits = append(edits, edit{at: l.scope, size: len(private), write: func(out []byte) []byte { return append(out, private...) }})
+	}
+	slices.SortFunc(edits, func(a, b edit) int { return a.at.start - b.at.start })
+	total := len(l.doc)
+	for _, e := range edits {
+		total += e.size - (e.at.end - e.at.start)
+	}
+	out := make([]byte, 0, total)
 	pos := 0
-	if ttl != nil && l.ttl.start < l.tools.start {
-		out = append(append(out, l.doc[:l.ttl.start]...), ttl...)
-		pos = l.ttl.end
-	}
-	out = append(append(out, l.doc[pos:l.tools.start]...), '[')
-	first := true
-	for i, t := range l.Tools {
-		if !keep[i] {
-			continue
-		}
-		if !first {
-			out = append(out, ',')
-		}
-		first = false
-		out = append(out, t.Raw...)
-	}
-	out = append(out, ']')
-	pos = l.tools.end
-	if ttl != nil && l.ttl.start > l.tools.start {
-		out = append(append(out, l.doc[pos:l.ttl.start]...), ttl...)
-		pos = l.ttl.end
+	for _, e := range edits {
+		out = e.write(append(out, l.doc[pos:e.at.start]...))
+		pos = e.at.end
 	}
 	return append(out, l.doc[pos:]...)
+}
+
+// edit replaces the span at with what write appends, size bytes.
+type edit struct {
+	at    span
+	size  int
+	write func([]byte) []byte
 }
 
 // Delivery is the body of a tools/list response as the agent would

@@ -619,6 +619,15 @@ func checkRewrite(t *testing.T, ct string, body []byte, id json.RawMessage, d *D
 	if again.TTLMs != wantTTL {
 		t.Errorf("ttlMs %d, want %d (was %d, max %d)", again.TTLMs, wantTTL, d.TTLMs, maxTTLMs)
 	}
+	// A list kept whole keeps the server's cacheScope; one filtered is
+	// private, whatever the server said.
+	wantScope := d.CacheScope
+	if d.CacheScope != "" && len(kept) < len(d.Tools) {
+		wantScope = "private"
+	}
+	if again.CacheScope != wantScope {
+		t.Errorf("cacheScope %q, want %q (was %q, kept %d of %d)", again.CacheScope, wantScope, d.CacheScope, len(kept), len(d.Tools))
+	}
 	if isJSON {
 		// The kept tools are the spans of the body as delivered.
 		for _, tool := range kept {
@@ -626,21 +635,26 @@ func checkRewrite(t *testing.T, ct string, body []byte, id json.RawMessage, d *D
 				t.Errorf("tool %s is not a span of the body", tool.Name)
 			}
 		}
-		// Outside result.tools and result.ttlMs, nothing changed.
+		// Outside result.tools, result.ttlMs and result.cacheScope,
+		// nothing changed.
 		if stripped(t, body, d.ToolsList) != stripped(t, out, again.ToolsList) {
-			t.Errorf("rewrite changed more than tools and ttlMs:\nbefore %q\n after %q", body, out)
+			t.Errorf("rewrite changed more than tools, ttlMs and cacheScope:\nbefore %q\n after %q", body, out)
 		}
 	} else {
 		checkRewrittenStream(t, body, out)
 	}
 }
 
-// stripped is doc with result.tools and result.ttlMs cut out.
+// stripped is doc with result.tools, result.ttlMs and result.cacheScope
+// cut out.
 func stripped(t *testing.T, doc []byte, l *ToolsList) string {
 	t.Helper()
 	cuts := []span{l.tools}
 	if l.TTLMs >= 0 {
 		cuts = append(cuts, l.ttl)
+	}
+	if l.CacheScope != "" || l.scope.end > 0 {
+		cuts = append(cuts, l.scope)
 	}
 	slices.SortFunc(cuts, func(a, b span) int { return a.start - b.start })
 	var b strings.Builder
