@@ -258,7 +258,8 @@ func (s *Server) lagged(d *decision, fail *deny.Error) *store.Snapshot {
 
 // snapshotFor finds the snapshot a call is verified against: the one the
 // client names with x-capsnap-epoch, or else the newest for its principal,
-// server and session.
+// server and session, or else the principal's newest on the server from
+// any session.
 func (s *Server) snapshotFor(d *decision) (*store.Snapshot, *deny.Error) {
 	if d.newest != nil {
 		return d.newest, nil
@@ -278,15 +279,19 @@ func (s *Server) snapshotFor(d *decision) (*store.Snapshot, *deny.Error) {
 	if err != nil {
 		return nil, storeFailed(err)
 	}
-	s.metrics.lookedUp(ok)
-	if !ok {
-		_, elsewhere, err := s.snapshots.LatestInAnySession(d.Principal, d.ServerID)
+	if !ok && d.session != "" {
+		// A snapshot is the principal's, not its session's: a client whose
+		// session ended (a server restart, an expired session) and that
+		// re-initialized calls from the list it already holds, within the
+		// snapshot's TTL. It was delivered those tools; what it was not
+		// delivered stays no_snapshot.
+		snap, ok, err = s.snapshots.LatestInAnySession(d.Principal, d.ServerID)
 		if err != nil {
 			return nil, storeFailed(err)
 		}
-		if elsewhere {
-			return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this session on server %q (this principal holds snapshots in other sessions); list tools in this session first", d.ServerID)
-		}
+	}
+	s.metrics.lookedUp(ok)
+	if !ok {
 		return nil, deny.Errorf(deny.NoSnapshot, "no snapshot for this principal on server %q; list tools first", d.ServerID)
 	}
 	return snap, nil
