@@ -27,7 +27,9 @@ package e2e
 //
 // Each case also runs the same SDK straight against the server, bypassing
 // Envoy and capsnap: through capsnap the agent must see exactly what it
-// sees there.
+// sees there. In the new session the agent first calls without listing
+// again (issue 39): its snapshot is its principal's, not the lost
+// session's.
 
 import (
 	"bytes"
@@ -265,6 +267,11 @@ func testRestartRecovery(t *testing.T, s *testbed.Stack, u restartUpstream, kind
 		t.Fatalf("[%s] reconnect: %s in session %q, want a new session", kind.name, st.summary(), st.SessionID)
 	}
 	sdkCheckVersion(t, kind, st)
+	// Without listing again: the snapshot is the principal's, so the
+	// list it was delivered in the lost session still holds its calls.
+	if text := a.mustAllow(t, u.tool, u.args); !strings.Contains(text, u.text) {
+		t.Fatalf("[%s] %s answered %q in the new session before listing, want %q", kind.name, u.tool, text, u.text)
+	}
 	if got := sdkSorted(a.list(t)); !slices.Equal(got, u.granted) {
 		t.Fatalf("[%s] delivered %v in the new session, want exactly %v", kind.name, got, u.granted)
 	}
