@@ -158,6 +158,10 @@ type errorData struct {
 	Review *deny.ReviewInfo `json:"review,omitempty"`
 	// Change, on schema_drift, is what changed.
 	Change *deny.ChangeInfo `json:"change,omitempty"`
+	// Supported and Requested, on a protocol version capsnap does not
+	// speak, are MCP's UnsupportedProtocolVersionError's data.
+	Supported []string `json:"supported,omitempty"`
+	Requested string   `json:"requested,omitempty"`
 }
 
 // MetaKeyDenial is the _meta member of a tool result that denies a call
@@ -230,6 +234,9 @@ func (d *decision) denialBody(form config.Denials) (int, []byte) {
 		return 200, d.urlElicitationJSON()
 	case len(d.id) == 0 || d.batch || form.Status == config.StatusHTTPError:
 		return d.Denial.Reason.Spec().Status, d.errorJSON()
+	// MCP requires HTTP 400 with its own codes.
+	case d.errorCode() != CodeDenied:
+		return 400, d.errorJSON()
 	case d.Method == "tools/call" && form.CallForm == config.CallFormToolResult:
 		return 200, d.toolResultJSON()
 	default:
@@ -245,12 +252,15 @@ func (d *decision) errorJSON() []byte {
 	if len(b.ID) == 0 {
 		b.ID = json.RawMessage("null")
 	}
-	b.Error.Code = CodeDenied
+	b.Error.Code = d.errorCode()
 	b.Error.Message = "capsnap denied the request: " + string(d.Denial.Reason)
 	if d.Denial.Reason.Drift() {
 		b.Error.Message = "capability_drift: " + string(d.Denial.Reason) + "; return to " + d.Denial.Reason.ReturnTo()
 	}
 	b.Error.Data = d.errorData()
+	if v := d.Denial.UnsupportedVersion; v != "" {
+		b.Error.Data.Supported, b.Error.Data.Requested = mcpparse.SupportedVersions(), v
+	}
 	body, err := json.Marshal(b)
 	if err != nil {
 		// Every field is a string or already-validated JSON; this cannot
@@ -259,6 +269,27 @@ func (d *decision) errorJSON() []byte {
 	}
 	return body
 }
+
+// errorCode is the JSON-RPC error code of d's denial: MCP's own where MCP
+// has one (its headers disagreeing with the body, a protocol version
+// capsnap does not speak), else capsnap's. data.reason says which denial
+// it is either way.
+func (d *decision) errorCode() int {
+	switch {
+	case d.Denial.UnsupportedVersion != "":
+		return CodeUnsupportedProtocolVersion
+	case d.Denial.Reason == deny.HeaderMismatch:
+		return CodeHeaderMismatch
+	}
+	return CodeDenied
+}
+
+// MCP's error codes (2026-07-28) for what its transport requires of a
+// request: answered with HTTP 400, whatever denials.status says.
+const (
+	CodeHeaderMismatch             = -32020
+	CodeUnsupportedProtocolVersion = -32022
+)
 
 // errorData is what a denial tells the caller beyond its code and message.
 func (d *decision) errorData() errorData {

@@ -263,6 +263,11 @@ type Error struct {
 	// Change, set on a SchemaDrift whose definitions capsnap has seen,
 	// is what changed: data.change.
 	Change *ChangeInfo
+	// UnsupportedVersion, set on a denial of a protocol version
+	// capsnap does not speak, is the version asked for: the adapters
+	// answer MCP's UnsupportedProtocolVersionError (-32022) with the
+	// versions capsnap speaks.
+	UnsupportedVersion string
 }
 
 // ReviewInfo is the review a changed tool waits on.

@@ -73,7 +73,9 @@ func protocolVersionHeader(h map[string]string) (Version, error) {
 	}
 	v, ok := knownVersion(s)
 	if !ok {
-		return "", deny.Errorf(deny.HeaderMismatch, "mcp-protocol-version %s is not a version capsnap speaks (%s, %s, %s, %s)", excerpt(s), V20250326, V20250618, V20251125, V20260728)
+		e := deny.Errorf(deny.HeaderMismatch, "mcp-protocol-version %s is not a version capsnap speaks (%s, %s, %s, %s)", excerpt(s), V20250326, V20250618, V20251125, V20260728)
+		e.UnsupportedVersion = s
+		return "", e
 	}
 	return v, nil
 }

@@ -1,5 +1,7 @@
 package mcpparse
 
+import "github.com/capsnap/capsnap/deny"
+
 // Reading a message's params: the members capsnap decides on, and the
 // protocol version they name.
 
@@ -132,7 +134,9 @@ func metaVersion(meta []byte) (Version, error) {
 		s := unquote(v)
 		ver, ok := knownVersion(s)
 		if !ok {
-			return "", malformed("params._meta names protocol version %s, which capsnap does not speak", excerpt(s))
+			e := deny.Errorf(deny.MalformedRequest, "params._meta names protocol version %s, which capsnap does not speak", excerpt(s))
+			e.UnsupportedVersion = s
+			return "", e
 		}
 		return ver, nil
 	}

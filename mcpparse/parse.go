@@ -32,6 +32,12 @@ const (
 // SDK).
 const MetaKeyProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 
+// SupportedVersions are the protocol versions capsnap speaks, newest
+// first: what an UnsupportedProtocolVersionError offers.
+func SupportedVersions() []string {
+	return []string{string(V20260728), string(V20251125), string(V20250618), string(V20250326)}
+}
+
 func knownVersion(s string) (Version, bool) {
 	switch v := Version(s); v {
 	case V20250326, V20250618, V20251125, V20260728:
@@ -162,13 +168,13 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 	if err := checkEntityHeaders(headers, len(body)); err != nil {
 		return nil, err
 	}
-	headerVer, err := protocolVersionHeader(headers)
-	if err != nil {
-		return nil, err
-	}
+	// A header the body cannot satisfy is refused once the body is read:
+	// the refusal then answers the request's own id (an error that names
+	// no id is one no client can match to its request).
+	headerVer, headerErr := protocolVersionHeader(headers)
 	session, hasSession, err := sessionHeader(headers)
-	if err != nil {
-		return nil, err
+	if headerErr == nil {
+		headerErr = err
 	}
 	// The body limit bounds the work of every later pass, and is what a
 	// server behind capsnap can be expected to accept too.
@@ -188,6 +194,13 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 	switch doc[0] {
 	case '{':
 		m, v, err := readMessage(doc)
+		if err != nil && m.ID != nil {
+			// The message is refused, but its id was read: the refusal
+			// answers it.
+			r.one[0] = m
+			r.Messages = r.one[:1:1]
+			return r, err
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -200,6 +213,9 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 		}
 	default:
 		return nil, deny.Errorf(deny.MalformedRequest, "body is a JSON %s, not a JSON-RPC message object or batch", jsonType(doc))
+	}
+	if headerErr != nil {
+		return r, headerErr
 	}
 
 	// The version the server will apply is the header's; a body that names
