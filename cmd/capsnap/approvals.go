@@ -188,7 +188,12 @@ func approvalsList(o approvalsOptions, stdout io.Writer) error {
 		return refusal("list", err)
 	}
 	if o.json {
-		return printJSON(stdout, views)
+		// The API's own shape: one object, so that a field can be added
+		// beside the list without breaking a reader.
+		if views == nil {
+			views = []approval.View{}
+		}
+		return printJSON(stdout, map[string][]approval.View{"approvals": views})
 	}
 	if len(views) == 0 {
 		fmt.Fprintln(stdout, "no approval requests")

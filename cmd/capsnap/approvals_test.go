@@ -133,7 +133,7 @@ func TestApprovalsCommands(t *testing.T) {
 			`(?s)^ID +STATE +PRINCIPAL +SERVER +TOOL +EFFECT +EXPIRES\n.*` + other.ID + ` +pending +spiffe://acme/agent/support +billing +refund +money_move +\d{4}-`, ""},
 		{"list from the environment", []string{"approvals", "list"}, map[string]string{approvalsURLEnv: s.url, approverTokenEnv: "oncall-token-0123456789"}, nil, exitOK,
 			pending.ID, ""},
-		{"list as JSON", as("oncall", "approvals", "list", "--json"), nil, nil, exitOK, `(?s)^\[\n  \{\n    "id": "`, ""},
+		{"list as JSON", as("oncall", "approvals", "list", "--json"), nil, nil, exitOK, `(?s)^\{\n  "approvals": \[\n    \{\n      "id": "`, ""},
 		{"list, none to decide", as("stranger", "approvals", "list"), nil, nil, exitOK, "^no approval requests\n$", ""},
 		{"list an unknown state", as("oncall", "approvals", "list", "--state", "maybe"), nil, nil, exitFailure, "", "refused: bad_request"},
 		{"show", as("oncall", "approvals", "show", pending.ID), nil, nil, exitOK,
