@@ -29,6 +29,24 @@ func approvalsFor(cfg config.Config, p *policy.Policy) error {
 	return nil
 }
 
+// approverAuth is how approvers prove who they are, as a configures it:
+// development tokens, or JWTs against a JWKS (read now: a file, or the URL
+// fetched).
+func approverAuth(a config.Approvals, log zerolog.Logger) (approval.Authenticator, error) {
+	var auth approval.Authenticator
+	var err error
+	if a.Auth.DevTokensFile != "" {
+		auth, err = approval.LoadDevTokens(a.Auth.DevTokensFile, log)
+	} else {
+		auth, err = approval.NewJWT(approval.JWTConfig{JWKSFile: a.Auth.JWKSFile, JWKSURL: a.Auth.JWKSURL,
+			Issuer: a.Auth.Issuer, Audience: a.Auth.Audience, IdentityClaim: a.Auth.IdentityClaim, GroupsClaim: a.Auth.GroupsClaim})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approvals.auth: %w", err)
+	}
+	return auth, nil
+}
+
 // openApprovals is the approval service and the server of its page and
 // API, or nil, nil with approvals off. Requests live where snapshots do:
 // in this process, or in the Redis every replica shares. Every request,
@@ -53,16 +71,10 @@ func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger,
 	if err != nil {
 		return nil, nil, fmt.Errorf("approvals: %w", err)
 	}
-	var auth approval.Authenticator
-	if a.Auth.DevTokensFile != "" {
-		auth, err = approval.LoadDevTokens(a.Auth.DevTokensFile, log)
-	} else {
-		auth, err = approval.NewJWT(approval.JWTConfig{JWKSFile: a.Auth.JWKSFile, JWKSURL: a.Auth.JWKSURL,
-			Issuer: a.Auth.Issuer, Audience: a.Auth.Audience, IdentityClaim: a.Auth.IdentityClaim, GroupsClaim: a.Auth.GroupsClaim})
-	}
+	auth, err := approverAuth(a, log)
 	if err != nil {
 		svc.Close()
-		return nil, nil, fmt.Errorf("approvals.auth: %w", err)
+		return nil, nil, err
 	}
 	// Replicas behind one URL check each other's forms: the key comes from
 	// the secret they share. One replica's memory store has none, and the

@@ -51,6 +51,14 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 	if err := approvalsFor(cfg, rules.Policy); err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
+	// The approvers' tokens serve reads, from files: a missing or broken
+	// one refuses serve, so it fails check. A JWKS URL is serve's to
+	// fetch, not check's (check asks no network unless --connect).
+	if a := cfg.Approvals; a.Addr != "" && (a.Auth.JWKSURL == "" || connect) {
+		if _, err := approverAuth(a, zerolog.Nop()); err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+	}
 	if _, err := sources(cfg, zerolog.Nop(), nil); err != nil {
 		return err
 	}
