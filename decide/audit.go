@@ -132,6 +132,9 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	}
 	if d.Denial != nil {
 		ev = ev.Str("detail", d.Denial.Detail)
+		if d.Denial.Cause != "" {
+			ev = ev.Str("cause", d.Denial.Cause)
+		}
 	}
 	// What would have been denied, and passed.
 	if d.observed && d.Denial != nil {

@@ -80,7 +80,10 @@ func (s *Server) live(serverID string, now time.Time) (*catalog.List, *deny.Erro
 }
 
 // storeFailed is the denial of every decision the snapshot store cannot
-// serve: nothing is minted or allowed without it.
+// serve: nothing is minted or allowed without it. Why it failed (a Redis
+// address, a dial error) is the operator's, in the audit line, never the
+// caller's.
 func storeFailed(err error) *deny.Error {
-	return deny.Errorf(deny.StoreUnavailable, "%v", err)
+	return &deny.Error{Reason: deny.StoreUnavailable, Cause: err.Error(),
+		Detail: "capsnap's store of record cannot answer now, so nothing can be verified or minted; the operator's audit trail says why"}
 }

@@ -2,6 +2,8 @@ package decide
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/capsnap/capsnap/deny"
@@ -134,8 +136,13 @@ func TestStoreUnavailableDenies(t *testing.T) {
 			if tt.step == "call by epoch" {
 				c.Headers = map[string]string{HeaderEpoch: epoch}
 			}
-			if o := f.call(t, c); o.reason != deny.StoreUnavailable {
+			o := f.call(t, c)
+			if o.reason != deny.StoreUnavailable {
 				t.Fatalf("refund with %s failing: %q, want store_unavailable", tt.fail, o.reason)
+			}
+			// Why is the operator's: in the audit line, not the answer.
+			if strings.Contains(o.data.Detail, "timed out") || !regexp.MustCompile(`"cause":"[^"]*`+tt.fail+` timed out"`).MatchString(f.audit.String()) {
+				t.Errorf("the caller reads %q; the audit line's cause is missing", o.data.Detail)
 			}
 		})
 	}

@@ -263,6 +263,10 @@ type Error struct {
 	// Change, set on a SchemaDrift whose definitions capsnap has seen,
 	// is what changed: data.change.
 	Change *ChangeInfo
+	// Cause, when set, is why the denial was made in terms only the
+	// operator should read (a store's address and error): the audit line
+	// carries it, the caller's answer never does.
+	Cause string
 	// UnsupportedVersion, set on a denial of a protocol version
 	// capsnap does not speak, is the version asked for: the adapters
 	// answer MCP's UnsupportedProtocolVersionError (-32022) with the
