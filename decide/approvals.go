@@ -78,3 +78,19 @@ func (a approvals) Ask(x policy.Approval) (*deny.ApprovalInfo, error) {
 // retrySeconds is d in whole seconds, rounded up: a caller that waits
 // this long finds the window moved.
 func retrySeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// observedApprovals stand in for the approvals on a server in observe
+// mode: a call the rule holds is decided approval_required, audited and
+// counted, and no request is opened, nobody paged, no approval used.
+type observedApprovals struct{}
+
+var _ policy.Approvals = observedApprovals{}
+
+// Consume implements policy.Approvals: no approval is used.
+func (observedApprovals) Consume(policy.Approval) (bool, error) { return false, nil }
+
+// Ask implements policy.Approvals: the denial a held call would get,
+// with no request behind it.
+func (observedApprovals) Ask(x policy.Approval) (*deny.ApprovalInfo, error) {
+	return nil, deny.Errorf(deny.ApprovalRequired, "%s/%s with these exact arguments would need a person's approval (%s); in observe mode none is asked", x.Server, x.Tool, x.Rule)
+}

@@ -126,6 +126,11 @@ func (s *Server) checkTerms(d *decision, snap *store.Snapshot, rule policy.Decis
 	// The snapshot is the call log it keeps (store.Snapshot.Follows).
 	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Now: d.now, Snapshot: snap.Epoch, Log: snap, Counters: s.counters,
 		Arguments: d.call.Arguments, SchemaDigest: d.SchemaDigest, PolicyDigest: rule.Digest, Effect: rule.Effect, Approvals: s.approvals}
+	if s.observe[d.ServerID] {
+		// The call runs whatever is decided: no person is asked to approve
+		// what already happened.
+		call.Approvals = observedApprovals{}
+	}
 	for _, t := range rule.Terms {
 		if fail := termFailed(t, call, false); fail != nil {
 			return fail

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/deny"
 )
 
@@ -135,5 +136,32 @@ func TestObserveUnknownServer(t *testing.T) {
 	o.Catalog, o.Rules, o.Snapshots, o.SnapshotTTL, o.Freshness, o.Servers = f.catalog, f.rules.Load(), f.snapshots, f.ttl, f.freshness, []string{"billing"}
 	if _, err := New(o); err == nil || !strings.Contains(err.Error(), `"nowhere"`) {
 		t.Errorf("New = %v, want an error naming the unknown server", err)
+	}
+}
+
+// In observe mode a call the approval rule holds is decided
+// approval_required, audited, and let through; no request is opened, so
+// nobody is paged to approve a call that already ran.
+func TestObserveOpensNoApprovalRequest(t *testing.T) {
+	var svc *approval.Service
+	f := newFixture(t, observeBilling, func(o *Options) {
+		o.Rules = mustRules(t, "testdata/approval/policy.yaml")
+		svc = serveApprovals(t, o)
+	})
+	f.billing.push(t, "testdata/pack/catalog.json", nil)
+	f.list(t, support, "billing", nil)
+	resp, err := f.Check(context.Background(), refundOf(150).request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOkResponse() == nil {
+		t.Fatalf("an observed approval was enforced: %s", resp.GetDeniedResponse().GetBody())
+	}
+	lines := auditLines(t, f)
+	if last := lines[len(lines)-1]; last["reason"] != string(deny.ApprovalRequired) || last["enforced"] != false {
+		t.Errorf("audit line %v, want approval_required, not enforced", last)
+	}
+	if all, _ := svc.List(approval.Filter{}); len(all) != 0 {
+		t.Fatalf("observe mode opened %d approval requests", len(all))
 	}
 }
