@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
 	"github.com/capsnap/capsnap/mcpparse"
 	"github.com/capsnap/capsnap/store"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 )
 
 const readonly = "spiffe://acme/agent/support-readonly"
@@ -285,5 +289,48 @@ func TestLockfileWithdrawnAfterMint(t *testing.T) {
 	got := f.call(t, argsCall("refund", `{"order_id":"A-100","amount":40,"reason_code":"damaged"}`))
 	if got.reason != deny.ToolUnapproved {
 		t.Fatalf("pinned refund after its approval was withdrawn: %q (%s)", got.reason, got.data.Detail)
+	}
+}
+
+// The policy watcher refuses a looser file once: logged and counted once,
+// not at every poll, until the file changes again.
+func TestWatchPolicyRefusesOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	base, err := os.ReadFile("testdata/pack/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, base, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := packFixture(t, func(o *Options) { o.Rules = mustRules(t, path) })
+	var log bytes.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { f.WatchPolicy(ctx, path, 5*time.Millisecond, zerolog.New(&log)); close(done) }()
+	// Replaced whole, as editors and ConfigMaps do: the watcher never
+	// reads a half-written file.
+	write := func(old, new string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "policy.yaml.new")
+		if err := os.WriteFile(tmp, []byte(strings.Replace(string(base), old, new, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("args.amount <= 250", "args.amount <= 500")
+	time.Sleep(200 * time.Millisecond)
+	write("args.amount <= 250", "args.amount <= 600")
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	<-done
+	if n := strings.Count(log.String(), "policy reload refused"); n != 2 {
+		t.Errorf("%d refusals logged for two looser files, want 2:\n%s", n, log.String())
+	}
+	if got := testutil.ToFloat64(f.metrics.reloads.WithLabelValues(ReloadLoosening)); got != 2 {
+		t.Errorf("refusals counted %v, want 2", got)
 	}
 }

@@ -5,6 +5,7 @@ package decide
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,19 +77,32 @@ func loosenings(cur, next *Rules) []string {
 func (s *Server) WatchPolicy(ctx context.Context, path string, interval time.Duration, log zerolog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// A file refused once (looser, or invalid) is refused, logged and
+	// counted once, not at every poll until it changes again.
+	var refused [sha256.Size]byte
+	haveRefused := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		LogReload(log, "file change", path, s)
+		sum, err := sourceHash(path, s.rules.Load().Policy.Lockfile())
+		if err == nil && haveRefused && sum == refused {
+			continue
+		}
+		switch LogReload(log, "file change", path, s) {
+		case ReloadLoosening, ReloadInvalid:
+			refused, haveRefused = sum, err == nil
+		default:
+			haveRefused = false
+		}
 	}
 }
 
-// LogReload reloads without loosening and logs the outcome; it is what a
-// file change and SIGHUP both do.
-func LogReload(log zerolog.Logger, why, path string, s *Server) {
+// LogReload reloads without loosening, logs the outcome and returns it; it
+// is what a file change and SIGHUP both do.
+func LogReload(log zerolog.Logger, why, path string, s *Server) string {
 	result, err := s.Reload(path, false)
 	switch result {
 	case ReloadUnchanged:
@@ -97,4 +111,5 @@ func LogReload(log zerolog.Logger, why, path string, s *Server) {
 	default:
 		log.Error().Str("trigger", why).Str("result", result).Err(err).Msg("policy reload refused; keeping the policy in force")
 	}
+	return result
 }
