@@ -19,6 +19,10 @@ import (
 // once a person among Approvers has approved that very call, and only once.
 // In a File it is only text; Compile returns compiled ones.
 type ApprovalRule struct {
+	// Name, when set, names the rule where people read it (the approver's
+	// page, the webhook, denials), so that it does not move when the
+	// policy is reordered, as its position (tools[3].approval) does.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// When is a CEL expression over the call, as a constraint's, that
 	// says whether the call needs approval, e.g. args.amount > 100.
 	When string `yaml:"when,omitempty" json:"when,omitempty"`
@@ -69,6 +73,7 @@ func (approvalKind) Apply(tool, _ Rules) Applied { return tool.(approvalRules) }
 type approvalRules struct{ a *ApprovalRule }
 
 type digestedApproval struct {
+	Name        string   `json:"name,omitempty"`
 	When        string   `json:"when"`
 	Approvers   []string `json:"approvers"`
 	TTL         string   `json:"ttl"`
@@ -80,7 +85,7 @@ func (r approvalRules) Digested() any {
 	if r.a == nil {
 		return nil
 	}
-	return digestedApproval{When: r.a.When, Approvers: slices.Sorted(slices.Values(r.a.Approvers)), TTL: r.a.ttl.String(), SelfApprove: r.a.SelfApprove}
+	return digestedApproval{Name: r.a.Name, When: r.a.When, Approvers: slices.Sorted(slices.Values(r.a.Approvers)), TTL: r.a.ttl.String(), SelfApprove: r.a.SelfApprove}
 }
 
 // Reads implements Rules: its when.
@@ -178,6 +183,9 @@ func compileApproval(field string, a *ApprovalRule) (*ApprovalRule, error) {
 	}
 	c := *a
 	c.field = field
+	if c.Name != "" && strings.TrimSpace(c.Name) != c.Name {
+		return nil, fmt.Errorf("%s.name: %q has space around it", field, c.Name)
+	}
 	if len(c.Approvers) == 0 {
 		return nil, fmt.Errorf("%s.approvers: at least one approver (an identity, or group:NAME) is required", field)
 	}
@@ -291,6 +299,9 @@ func (*ApprovalRule) Records() bool { return true }
 // describe says the rule in words, for the approver and the detail.
 func (a *ApprovalRule) describe() string {
 	s := a.field
+	if a.Name != "" {
+		s = fmt.Sprintf("%q (%s)", a.Name, a.field)
+	}
 	if a.When != "" {
 		s += " when " + a.When
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,3 +79,22 @@ func TestApprovalRule(t *testing.T) {
 }
 
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+// An approval rule's name is what people read, wherever the rule stands in
+// the file; it is part of the digest only when set, so a rule without one
+// keeps the digest it had.
+func TestApprovalRuleName(t *testing.T) {
+	unnamed := mustParse(t, mustRead(t, "testdata/approval.yaml"))
+	named := mustParse(t, strings.Replace(mustRead(t, "testdata/approval.yaml"), "    approval:\n", "    approval:\n      name: refunds_over_100\n", 1))
+	a := decide(t, unnamed, support, "billing", "refund")
+	b := decide(t, named, support, "billing", "refund")
+	if a.Digest == b.Digest {
+		t.Error("a name left the digest as it was")
+	}
+	if got := approvalOf(b).describe(); !strings.HasPrefix(got, `"refunds_over_100" (tools[0].approval)`) {
+		t.Errorf("described as %q", got)
+	}
+	if l := Loosenings(named, unnamed); len(l) != 0 {
+		t.Errorf("a name removed is a loosening: %v", l)
+	}
+}
