@@ -287,14 +287,23 @@ func (s *Service) Sweep() error {
 func (s *Service) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// A sweep that fails is said once, and again only once one succeeded:
+	// a store still connecting at start, or down for a while, is one
+	// warning, not one a sweep (its own health is logged by the store).
+	failing := false
 	for {
-		if err := s.Sweep(); err != nil {
-			s.c.Log.Warn().Err(err).Msg("approval sweep failed")
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		err := s.Sweep()
+		switch {
+		case err != nil && !failing:
+			s.c.Log.Warn().Err(err).Msg("approval sweep failed; expired requests are marked once the store answers")
+		case err == nil && failing:
+			s.c.Log.Info().Msg("approval sweep succeeded again")
+		}
+		failing = err != nil
 	}
 }

@@ -1,6 +1,7 @@
 package approval_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/store"
 	"github.com/capsnap/capsnap/store/storetest"
+	"github.com/capsnap/capsnap/testbed"
+	"github.com/rs/zerolog"
 )
 
 // What the decision core does with an approval, end to end on one
@@ -310,5 +313,27 @@ func TestNewRequestsArePerPrincipalBounded(t *testing.T) {
 	e.clock.Advance(time.Hour)
 	if _, err := open("looper", "sha256:a3"); err != nil {
 		t.Fatalf("after the window: %v", err)
+	}
+}
+
+// A store that cannot answer the sweep is one warning, not one a sweep,
+// and its return is said once.
+func TestSweepFailureIsSaidOnce(t *testing.T) {
+	var logged testbed.SyncBuffer
+	e := newEnv(t, testTokens, func(c *approval.Config) { c.Log = zerolog.New(&logged) })
+	e.store.down.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { e.svc.Run(ctx, 5*time.Millisecond); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	e.store.down.Store(false)
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	if n := strings.Count(logged.String(), "approval sweep failed"); n != 1 {
+		t.Errorf("%d warnings for one outage, want 1:\n%s", n, logged.String())
+	}
+	if n := strings.Count(logged.String(), "approval sweep succeeded again"); n != 1 {
+		t.Errorf("%d recoveries said, want 1:\n%s", n, logged.String())
 	}
 }
