@@ -34,8 +34,16 @@ func goldenTrail(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return trailOf(t, audit.SignerFunc(sign))
+}
+
+// trailOf is the golden trail's lines with signer signing its
+// checkpoints; nil leaves them unsigned, as capsnap without envelope keys
+// writes them.
+func trailOf(t *testing.T, signer audit.Signer) []string {
+	t.Helper()
 	var out bytes.Buffer
-	tr := audit.NewTrail(&out, audit.TrailOptions{Signer: audit.SignerFunc(sign), Interval: time.Hour,
+	tr := audit.NewTrail(&out, audit.TrailOptions{Signer: signer, Interval: time.Hour,
 		Now: func() time.Time { return time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC) }})
 	for i, tool := range []string{"lookup_order", "refund", "refund", "export_ledger", "refund", "lookup_order"} {
 		decision, reason := "allow", "ok"
@@ -85,6 +93,7 @@ func auditFiles(t *testing.T) map[string]string {
 		"inserted.jsonl":  join(append(trail[:2:2], append([]string{`{"log":"audit","decision":"allow","tool":"refund"}` + "\n"}, trail[2:]...)...)...),
 		"truncated.jsonl": join(trail[:6]...),
 		"forged.jsonl":    join(forged...),
+		"unsigned.jsonl":  join(trailOf(t, nil)...),
 	}
 }
 

@@ -389,14 +389,17 @@ func newAuditVerifyCmd() *cobra.Command {
 		live     bool
 	)
 	c := &cobra.Command{
-		Use:                   "verify --jwks FILE [--live] AUDIT_FILE...",
+		Use:                   "verify [--jwks FILE] [--live] AUDIT_FILE...",
 		DisableFlagsInUseLine: true,
 		Short:                 "Verify an audit trail: its chain, signed checkpoints and end",
 		Long: `Verify an audit trail, its files oldest first: its chain, every checkpoint's
 signature against the JWKS, and that it ends with capsnap's shutdown
-checkpoint. Exit 0: verified; 1: not, with the first line removed, inserted
-or edited, or a truncated end; 2: usage, or a file that cannot be read.`,
-		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl.1 audit.jsonl\n  capsnap audit verify --jwks jwks.json --live audit.jsonl",
+checkpoint. Without --jwks, a trail capsnap wrote without envelope keys
+verifies as unsigned (its chain intact; nothing proves it was not rewritten
+whole), and a signed one asks for the JWKS. Exit 0: verified; 1: not, with
+the first line removed, inserted or edited, or a truncated end; 2: usage,
+or a file that cannot be read.`,
+		Example: "  capsnap audit verify --jwks jwks.json audit.jsonl.1 audit.jsonl\n  capsnap audit verify --jwks jwks.json --live audit.jsonl\n  capsnap audit verify audit.jsonl   # a trail written without envelope keys",
 		RunE: func(c *cobra.Command, args []string) error {
 			return auditVerify(jwksFile, live, args, c.OutOrStdout())
 		},
