@@ -36,7 +36,7 @@ func Parse(data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("decode: %w", err)
+		return Config{}, fmt.Errorf("decode: %w", explainDecode(err))
 	}
 	if err := dec.Decode(new(any)); !errors.Is(err, io.EOF) {
 		return Config{}, errors.New("decode: more than one YAML document")
