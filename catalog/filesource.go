@@ -70,7 +70,9 @@ func (f *FileSource) Load() ([]json.RawMessage, error) {
 	return defs, nil
 }
 
-// parseToolsResult splits a tools/list result into its tool definitions.
+// parseToolsResult splits a tools/list result, or a JSON-RPC response
+// whose result is one (as capsnap digest reads it), into its tool
+// definitions.
 // Its members are read one by one, case-sensitively and only once each,
 // because encoding/json would quietly take the last of two "tools" members,
 // or a "Tools". The definitions themselves are checked strictly when they
@@ -81,8 +83,9 @@ func parseToolsResult(data []byte) ([]json.RawMessage, error) {
 		return nil, errors.New(`not a JSON object: want a tools/list result {"tools":[…]}`)
 	}
 	var (
-		defs  []json.RawMessage
-		found bool
+		defs           []json.RawMessage
+		found          bool
+		result, rpcErr json.RawMessage
 	)
 	for dec.More() {
 		tok, err := dec.Token()
@@ -105,6 +108,14 @@ func parseToolsResult(data []byte) ([]json.RawMessage, error) {
 			if err := json.Unmarshal(v, &defs); err != nil {
 				return nil, fmt.Errorf(`"tools": %w`, err)
 			}
+		case "result":
+			// A whole JSON-RPC response, as capsnap digest reads it.
+			if result != nil {
+				return nil, errors.New(`"result" appears twice`)
+			}
+			result = v
+		case "error":
+			rpcErr = v
 		case "nextCursor":
 			var cursor string
 			if err := json.Unmarshal(v, &cursor); err != nil || cursor != "" {
@@ -118,7 +129,14 @@ func parseToolsResult(data []byte) ([]json.RawMessage, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the object")
 	}
-	if !found {
+	switch {
+	case found && result != nil:
+		return nil, errors.New(`both "tools" and a JSON-RPC "result"`)
+	case rpcErr != nil && !found:
+		return nil, errors.New("a JSON-RPC error response, not a tools/list result")
+	case result != nil:
+		return parseToolsResult(result)
+	case !found:
 		return nil, errors.New(`no "tools" member`)
 	}
 	return defs, nil

@@ -480,8 +480,11 @@ func TestFileSourceEdgeCases(t *testing.T) {
 	}{
 		// "tools" must be an array, and null is not the empty list.
 		{file: "tools_null.json", wantErr: `"tools" is not an array`},
-		// A saved JSON-RPC response is refused: the file holds a result.
-		{file: "jsonrpc_response.json", wantErr: `no "tools" member`},
+		// A saved JSON-RPC response is read as its result, as capsnap
+		// digest and policy lint --catalog read it.
+		{file: "jsonrpc_response.json", want: 1},
+		// A saved JSON-RPC error is no list.
+		{file: "jsonrpc_error.json", wantErr: "a JSON-RPC error response"},
 		// encoding/json would take "Tools" for "tools"; the file source
 		// must not.
 		{file: "tools_other_case.json", wantErr: `no "tools" member`},

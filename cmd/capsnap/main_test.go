@@ -98,6 +98,8 @@ func TestCommands(t *testing.T) {
 		{"policy explain, the policy as its argument", []string{"policy", "explain", "testdata/seed-policy.yaml", "--principal", "spiffe://acme/agent/support-refund",
 			"--server", "billing", "--tool", "lookup_order"}, exitOK, "allowed", ""},
 		{"policy lint", []string{"policy", "lint", "testdata/seed-policy.yaml"}, exitOK, `seed-policy.yaml: ok \(policy sha256:[0-9a-f]{64}, 0 warnings\)`, ""},
+		{"policy lint --catalog, a saved JSON-RPC response", []string{"policy", "lint", "testdata/seed-policy.yaml", "--catalog", "billing=testdata/response.json"}, exitOK,
+			`seed-policy.yaml: ok \(policy sha256:`, ""},
 		{"policy lint invalid", []string{"policy", "lint", "testdata/broken-policy.yaml"}, exitFailure, "", `unknown effect class "superuser"`},
 		{"policy explain allowed", []string{"policy", "explain", "--policy", "testdata/seed-policy.yaml",
 			"--principal", "spiffe://acme/agent/support-refund", "--server", "billing", "--tool", "refund",
