@@ -162,6 +162,8 @@ func TestBudgetAmount(t *testing.T) {
 		{"thousandths, exact", refund, `{"amount": 0.007}`, 7, ""},
 		{"finer, rounded up", refund, `{"amount": 0.0071}`, 8, ""},
 		{"zero", refund, `{"amount": 0}`, 0, ""},
+		{"tiny, never zero", refund, `{"amount": 1e-12}`, 1, ""},
+		{"the least double", refund, `{"amount": 5e-324}`, 1, ""},
 		{"the whole limit", refund, `{"amount": 500}`, 500_000, ""},
 		{"an int expression", cents, `{"amount": "20000"}`, 200_000, ""},
 		{"missing", refund, `{"amount_usd": 200}`, 0, "could not be evaluated on the call's arguments (no such key: amount)"},

@@ -372,9 +372,12 @@ func fromUnits(n int64) float64 { return float64(n) / Units }
 func units(n int64) string { return strconv.FormatFloat(fromUnits(n), 'f', -1, 64) }
 
 // toUnits converts an amount to counter units, rounding up whatever is
-// finer than a thousandth (but not what is a thousandth off only by the
-// double's rounding: 0.007 is 7, not 8). An amount no counter holds is
-// more than any limit. ok is false for a negative, NaN or infinite amount.
+// finer than a thousandth, and never a positive amount to zero. It reads
+// the amount as its shortest decimal (what the agent sent: 0.007 is 7, not
+// the double's 7.000000000000001), so the rounding is exact at any size:
+// 1000000.0004 is 1000000001, and 5e-324 is 1. An amount no counter holds
+// is more than any limit. ok is false for a negative, NaN or infinite
+// amount.
 func toUnits(v float64) (n int64, ok bool) {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
@@ -382,9 +385,24 @@ func toUnits(v float64) (n int64, ok bool) {
 	case v > maxUnits/Units:
 		return maxUnits + 1, true
 	}
-	scaled := v * Units
-	if r := math.Round(scaled); math.Abs(scaled-r) <= 1e-9*math.Max(1, r) {
-		return int64(r), true
+	whole, frac, _ := strings.Cut(strconv.FormatFloat(v, 'f', -1, 64), ".")
+	n, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return maxUnits + 1, true
 	}
-	return int64(math.Ceil(scaled)), true
+	n *= Units
+	for i, d := range frac {
+		switch {
+		case i < unitDigits:
+			n += int64(d-'0') * pow10[unitDigits-1-i]
+		case d != '0':
+			return n + 1, true
+		}
+	}
+	return n, true
 }
+
+// unitDigits is how many decimal places a unit holds (Units is 10^unitDigits).
+const unitDigits = 3
+
+var pow10 = [unitDigits]int64{1, 10, 100}
