@@ -8,48 +8,72 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
+	"time"
 )
 
-// FileSource is a static catalog: a file holding one tools/list result,
-// {"tools":[…]}. It is read when Run starts and reread on each Reload, and
-// never otherwise: the file is the operator's reviewed contract, not a live
-// view, so it changes only when the operator says so. A file that cannot be
-// read or parsed is published as an error, keeping the last good list.
+// FileSource is a catalog read from a file holding one tools/list result,
+// {"tools":[…]} (or a JSON-RPC response carrying one). The file is the
+// operator's reviewed contract, and the catalog is as fresh as the file:
+// it is reread every Interval, and each read confirms the list (so the
+// catalog never ages past catalog.max_age while the file is there) or,
+// if the file changed, publishes the new one. A file that cannot be read
+// or parsed is published as an error, keeping the last good list until
+// it too is older than max_age: a file deleted or broken fails closed.
 type FileSource struct {
 	Path string
-
-	once   sync.Once
-	reload chan struct{}
+	// Interval is how often the file is reread; zero is
+	// DefaultFileInterval. It must be well under catalog.max_age.
+	Interval time.Duration
 }
 
-// Run publishes the file, then again after each Reload, until ctx ends.
+// DefaultFileInterval is how often a FileSource rereads its file unless
+// told otherwise.
+const DefaultFileInterval = 2 * time.Second
+
+// Run publishes the file, then again every Interval, until ctx ends. An
+// unchanged file is not parsed again.
 func (f *FileSource) Run(ctx context.Context, publish Publish) error {
 	if f.Path == "" {
 		return errors.New("file source: no path")
 	}
+	every := f.Interval
+	if every <= 0 {
+		every = DefaultFileInterval
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var last []byte
+	var defs []json.RawMessage
+	var failed string // the error last published, not published again
 	for {
-		publish(f.Load())
+		data, err := os.ReadFile(f.Path)
+		var d []json.RawMessage
+		switch {
+		case err != nil:
+			err = fmt.Errorf("catalog file: %w", err)
+		case last != nil && bytes.Equal(data, last):
+			d = defs
+		default:
+			if d, err = f.parse(data); err == nil {
+				last, defs = data, d
+			}
+		}
+		switch {
+		case err == nil:
+			failed = ""
+			publish(d, nil)
+		case err.Error() != failed:
+			// Once: the catalog keeps the error until a good read, and a
+			// broken file would otherwise log a warning every Interval.
+			failed = err.Error()
+			publish(nil, err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-f.reloads():
+		case <-tick.C:
 		}
 	}
-}
-
-// Reload asks a running source to reread its file. Reloads requested while
-// one is pending coalesce into one.
-func (f *FileSource) Reload() {
-	select {
-	case f.reloads() <- struct{}{}:
-	default:
-	}
-}
-
-func (f *FileSource) reloads() chan struct{} {
-	f.once.Do(func() { f.reload = make(chan struct{}, 1) })
-	return f.reload
 }
 
 // Load reads the file and checks it as the catalog will: a tools/list
@@ -60,6 +84,10 @@ func (f *FileSource) Load() ([]json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog file: %w", err)
 	}
+	return f.parse(data)
+}
+
+func (f *FileSource) parse(data []byte) ([]json.RawMessage, error) {
 	defs, err := parseToolsResult(data)
 	if err == nil {
 		_, err = parseTools(defs)

@@ -341,7 +341,8 @@ func sources(cfg config.Config, log zerolog.Logger, listChanged func(serverID st
 	out := make(map[string]catalog.Source, len(cfg.Servers))
 	for _, s := range cfg.Servers {
 		if s.CatalogFile != "" {
-			f := &catalog.FileSource{Path: s.CatalogFile}
+			// Reread often enough that the list never ages past max_age.
+			f := &catalog.FileSource{Path: s.CatalogFile, Interval: min(catalog.DefaultFileInterval, cfg.Catalog.MaxAge/4)}
 			if _, err := f.Load(); err != nil {
 				return nil, fmt.Errorf("servers %s: %w", s.ID, err)
 			}

@@ -37,6 +37,8 @@ func TestServiceInProcess(t *testing.T) {
 	}
 	cfg.GRPCAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Audit.Path = filepath.Join(t.TempDir(), "audit.jsonl")
+	// The least max_age: a catalog file's list must stay fresh past it.
+	cfg.Catalog.MaxAge = time.Second
 	stderr := &testbed.SyncBuffer{}
 	svc, err := newService(cfg, io.Discard, stderr)
 	if err != nil {
@@ -96,13 +98,18 @@ func TestServiceInProcess(t *testing.T) {
 		t.Fatalf("Check answered %v, want a no_principal denial", resp)
 	}
 
-	r, err := http.Get("http://" + svc.adminLis.Addr().String() + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz: %s", r.Status)
+	// Ready, and still ready well past max_age: the catalog file is
+	// reread, not read once and left to age.
+	for end := time.Now().Add(5 * cfg.Catalog.MaxAge / 2); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		r, err := http.Get("http://" + svc.adminLis.Addr().String() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz: %s: %s", r.Status, body)
+		}
 	}
 
 	stop()
