@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capsnap/capsnap/internal/spelling"
 )
 
 // unknownField is how yaml says a key has no field: "line 3: field
@@ -31,7 +33,7 @@ func explainDecode(err error) error {
 		}
 		keys := sectionKeys[m[3]]
 		msg := "line " + m[1] + ": unknown key " + m[2]
-		if best := closest(m[2], keys); best != "" {
+		if best := spelling.Closest(m[2], keys); best != "" {
 			msg += " (did you mean " + best + "?)"
 		} else if len(keys) > 0 {
 			msg += " (the keys here are " + strings.Join(keys, ", ") + ")"
@@ -73,35 +75,3 @@ var sectionKeys = func() map[string][]string {
 	walk(reflect.TypeFor[Config]())
 	return out
 }()
-
-// closest is the key of keys within two edits of key, if there is one.
-func closest(key string, keys []string) string {
-	best, bestD := "", 3
-	for _, k := range keys {
-		if d := editDistance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
