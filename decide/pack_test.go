@@ -206,6 +206,12 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 	if r, err := f.Reload(path, false); r != ReloadInvalid || err == nil {
 		t.Fatalf("reload of an invalid file: %s, %v", r, err)
 	}
+	// A rule on a server capsnap does not have is a typo: refused as
+	// serve refuses it at start.
+	write([]byte(strings.Replace(string(base), "{server: billing, tool: lookup_order, effect: read}", "{server: billing, tool: lookup_order, effect: read}\n  - {server: biling, tool: archive, effect: read}", 1)))
+	if r, err := f.Reload(path, false); r != ReloadInvalid || err == nil || !strings.Contains(err.Error(), `server "biling" is not configured (did you mean "billing"?)`) {
+		t.Fatalf("reload naming an unknown server: %s, %v", r, err)
+	}
 	raised := []byte(strings.Replace(string(base), "args.amount <= 250", "args.amount <= 500", 1))
 	write(raised)
 	if r, err := f.Reload(path, false); r != ReloadLoosening || err == nil || !strings.Contains(err.Error(), "usd_cap_250") {

@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +44,9 @@ func (s *Server) Reload(path string, allowLoosening bool) (result string, err er
 		return ReloadUnchanged, nil
 	}
 	next, err := LoadRules(path)
+	if err == nil {
+		err = next.ServedBy(slices.Sorted(maps.Keys(s.servers)))
+	}
 	if err != nil {
 		return ReloadInvalid, err
 	}

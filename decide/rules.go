@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/capsnap/capsnap/deny"
 	"github.com/capsnap/capsnap/lockfile"
@@ -37,6 +38,19 @@ func LoadRules(path string) (*Rules, error) {
 		}
 	}
 	return r, nil
+}
+
+// ServedBy refuses rules that classify or grant a tool on a server id
+// that is not one of servers, the configured ones: such a rule never
+// applies, and is almost always a typo that leaves the server meant
+// without it. serve refuses to start on them, and a reload keeps the
+// rules in force.
+func (r *Rules) ServedBy(servers []string) error {
+	none := func(string) ([]string, bool) { return nil, false }
+	if found := policy.LintServers(r.Policy, servers, none); len(found) > 0 {
+		return fmt.Errorf("policy: %s", strings.Join(found, "; "))
+	}
+	return nil
 }
 
 // sourceHash hashes the policy file and, if there is one, its lockfile.

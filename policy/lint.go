@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/capsnap/capsnap/internal/spelling"
 )
 
 // Lint lists, sorted, what in a valid policy is probably not what the
@@ -281,4 +283,46 @@ func keyList(keys []toolKey) string {
 		names[i] = k.String()
 	}
 	return strings.Join(names, ", ")
+}
+
+// LintServers lists, sorted, what in the policy names a server or tool
+// that capsnap will not see, each naming its field, with the name probably
+// meant: a tool classified, or a grant made, on a server id the
+// configuration does not have (it never applies, and the server meant has
+// no such rule); and, on each server whose tools listed knows (a catalog
+// file or the live list), a classified tool the server does not list (no
+// call reaches it, and the tool meant, if renamed, is unclassified). Each
+// finding is an error: none can be what was meant.
+func LintServers(p *Policy, servers []string, listed func(server string) (tools []string, ok bool)) []string {
+	var out []string
+	unknown := func(field, server string) {
+		if slices.Contains(servers, server) {
+			return
+		}
+		msg := fmt.Sprintf("%s: server %q is not configured (servers are %s)", field, server, strings.Join(servers, ", "))
+		if best := spelling.Closest(server, servers); best != "" {
+			msg = fmt.Sprintf("%s: server %q is not configured (did you mean %q?)", field, server, best)
+		}
+		out = append(out, msg)
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(p.tools), compareKeys) {
+		t := p.tools[k]
+		unknown(t.field, k.server)
+		names, ok := listed(k.server)
+		if !ok || slices.Contains(names, k.tool) {
+			continue
+		}
+		msg := fmt.Sprintf("%s: %s is classified, but server %s does not list %s", t.field, k, k.server, k.tool)
+		if best := spelling.Closest(k.tool, names); best != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", best)
+		}
+		out = append(out, msg)
+	}
+	for _, r := range p.rules() {
+		for _, g := range r.grants {
+			unknown(g.field, g.server)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -121,3 +121,40 @@ principals:
 		t.Errorf("LintArguments =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A server id the configuration lacks, and a classified tool its server
+// does not list: each denies every call it was meant to allow, and passes
+// every other check.
+func TestLintServers(t *testing.T) {
+	p := mustParse(t, `
+tools:
+  - {server: billing, tool: refund, effect: money_move}
+  - {server: billing, tool: lookup_ordr, effect: read}
+  - {server: billing, tool: archive, effect: write}
+  - {server: biling, tool: refund, effect: money_move}
+  - {server: crm, tool: notes, effect: read}
+  - {server: shipping, tool: track, effect: read}
+principals:
+  - id: a
+    grants:
+      - {server: billing, tools: ["*"]}
+      - {server: biling, tools: [refund]}
+      - {server: payments, tools: ["*"]}
+`)
+	listed := map[string][]string{"billing": {"refund", "lookup_order"}}
+	got := LintServers(p, []string{"billing", "crm", "shipping"}, func(server string) ([]string, bool) {
+		names, ok := listed[server]
+		return names, ok
+	})
+	want := []string{
+		`tools[1]: billing/lookup_ordr is classified, but server billing does not list lookup_ordr (did you mean "lookup_order"?)`,
+		`tools[2]: billing/archive is classified, but server billing does not list archive`,
+		`tools[3]: server "biling" is not configured (did you mean "billing"?)`,
+		`principals[0].grants[1]: server "biling" is not configured (did you mean "billing"?)`,
+		`principals[0].grants[2]: server "payments" is not configured (servers are billing, crm, shipping)`,
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("LintServers =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
