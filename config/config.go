@@ -153,6 +153,15 @@ const (
 	ModeObserve = "observe"
 )
 
+// ServerIDs lists the configured servers' ids, in order.
+func (c Config) ServerIDs() []string {
+	ids := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
 // Observed lists the servers in ModeObserve.
 func (c Config) Observed() []string {
 	var ids []string

@@ -51,7 +51,7 @@ func approverAuth(a config.Approvals, log zerolog.Logger) (approval.Authenticato
 // API, or nil, nil with approvals off. Requests live where snapshots do:
 // in this process, or in the Redis every replica shares. Every request,
 // decision, use and lapse is a line of the audit trail.
-func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger, reg prometheus.Registerer) (*approval.Service, *http.Server, error) {
+func openApprovals(cfg config.Config, auth approval.Authenticator, st *backend, auditLog, log zerolog.Logger, reg prometheus.Registerer) (*approval.Service, *http.Server, error) {
 	a := cfg.Approvals
 	if a.Addr == "" {
 		return nil, nil, nil
@@ -70,11 +70,6 @@ func openApprovals(cfg config.Config, st *backend, auditLog, log zerolog.Logger,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("approvals: %w", err)
-	}
-	auth, err := approverAuth(a, log)
-	if err != nil {
-		svc.Close()
-		return nil, nil, err
 	}
 	// Replicas behind one URL check each other's forms: the key comes from
 	// the secret they share. One replica's memory store has none, and the

@@ -56,7 +56,7 @@ func TestCommands(t *testing.T) {
 		{"check a policy that holds calls for approval, approvals off", []string{"check", "--config", "testdata/approvals-off.yaml"}, exitFailure, "^$",
 			"holds calls for a person's approval, but approvals.addr is not set"},
 		{"check approvers' tokens that are not there", []string{"check", "--config", "testdata/approvals-no-tokens.yaml"}, exitFailure, "^$",
-			"check: approvals.auth: "},
+			"capsnap: approvals.auth: "},
 		{"check a policy under change control, approvals off", []string{"check", "--config", "testdata/changes-off.yaml"}, exitFailure, "^$",
 			"puts tools under change control, whose changes wait for reviewers, but approvals.addr is not set"},
 		{"check an argument no tool has", []string{"check", "--config", "testdata/typo.yaml"}, exitFailure, "^$",

@@ -37,50 +37,30 @@ var healthServices = []string{"", authv3.Authorization_ServiceDesc.ServiceName, 
 const shutdownGrace = 10 * time.Second
 
 // check validates the configuration at path, and everything it names,
-// the way serve loads them; and the Envoy bootstrap at envoyPath, if any
-// (checkEnvoy).
+// with serve's own loader (loadSetup), so that it refuses exactly what
+// serve refuses; then holds the pieces to each other: the policy to the
+// servers' tools (checkTools) and the Envoy bootstrap at envoyPath, if any,
+// to the configuration (checkEnvoy). With connect it asks the network as
+// serve would: each server's live list, the shared store, a JWKS URL.
 func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	rules, err := decide.LoadRules(cfg.PolicyFile)
+	set, err := loadSetup(cfg, zerolog.Nop(), connect, nil)
 	if err != nil {
 		return err
 	}
-	if err := approvalsFor(cfg, rules.Policy); err != nil {
-		return fmt.Errorf("check: %w", err)
-	}
-	// The approvers' tokens serve reads, from files: a missing or broken
-	// one refuses serve, so it fails check. A JWKS URL is serve's to
-	// fetch, not check's (check asks no network unless --connect).
-	if a := cfg.Approvals; a.Addr != "" && (a.Auth.JWKSURL == "" || connect) {
-		if _, err := approverAuth(a, zerolog.Nop()); err != nil {
+	if connect && set.redis != nil {
+		if err := reachStore(cfg, *set.redis, timeout); err != nil {
 			return fmt.Errorf("check: %w", err)
 		}
-	}
-	if _, err := sources(cfg, zerolog.Nop(), nil); err != nil {
-		return err
-	}
-	if cfg.Snapshots.Store == config.StoreRedis {
-		if _, err := redisOptions(cfg.Snapshots.Redis); err != nil {
-			return err
-		}
-	}
-	if _, err := envelopeKeys(cfg); err != nil {
-		return err
-	}
-	if _, err := grantKeys(cfg); err != nil {
-		return err
-	}
-	if _, err := newHop(cfg, zerolog.Nop()); err != nil {
-		return err
 	}
 	envoyNote, err := checkEnvoy(cfg, envoyPath, stderr)
 	if err != nil {
 		return err
 	}
-	problems, toolsNote, err := checkTools(cfg, rules.Policy, connect, timeout)
+	problems, toolsNote, err := checkTools(cfg, set.rules.Policy, connect, timeout)
 	if err != nil {
 		return err
 	}
@@ -90,7 +70,7 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 	if len(problems) > 0 {
 		return fmt.Errorf("check: %s: %s", path, countOf(len(problems), "error"))
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s%s)\n", path, len(cfg.Servers), rules.Policy.Digest(), toolsNote, envoyNote)
+	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s%s)\n", path, len(cfg.Servers), set.rules.Policy.Digest(), toolsNote, envoyNote)
 	return nil
 }
 
@@ -99,8 +79,10 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 // constraint or budget amount that reads an argument a tool's inputSchema
 // does not declare is a problem (it would deny every call at run time),
 // and with connect so is each live tool the policy does not classify
-// (every call to it is denied unclassified_tool).
+// (every call to it is denied unclassified_tool); and so is each tool the
+// policy classifies that its server does not list (policy.LintServers).
 func checkTools(cfg config.Config, p *policy.Policy, connect bool, timeout time.Duration) (problems []string, note string, err error) {
+	ids := cfg.ServerIDs()
 	if !connect {
 		// Without --connect nothing is asked of a server over the network.
 		cfg.Servers = slices.DeleteFunc(slices.Clone(cfg.Servers), func(s config.Server) bool { return s.CatalogFile == "" })
@@ -119,6 +101,13 @@ func checkTools(cfg config.Config, p *policy.Policy, connect bool, timeout time.
 		return t.InputSchema, ok && t.InputSchema != nil
 	}
 	problems = policy.LintArguments(p, schemas)
+	problems = append(problems, policy.LintServers(p, ids, func(server string) ([]string, bool) {
+		l, ok := lists[server]
+		if !ok {
+			return nil, false
+		}
+		return slices.Sorted(maps.Keys(l.Tools)), true
+	})...)
 	tools := 0
 	for _, id := range slices.Sorted(maps.Keys(lists)) {
 		for _, name := range slices.Sorted(maps.Keys(lists[id].Tools)) {

@@ -70,13 +70,14 @@ func newService(cfg config.Config, stdout, stderr io.Writer) (_ *service, err er
 			s.close()
 		}
 	}()
-	if s.keys, err = envelopeKeys(cfg); err != nil {
-		return nil, err
-	}
-	grants, err := grantKeys(cfg)
+	// Every file the configuration names, read and checked as check
+	// checks it; the catalog's list_changed counts go to the catalog
+	// built on its sources below.
+	set, err := loadSetup(cfg, s.log, true, func(id string) { s.cat.NoteListChanged(id) })
 	if err != nil {
 		return nil, err
 	}
+	s.keys, s.rules, s.hop = set.keys, set.rules, set.hop
 	// The audit trail (audit.go): group commit, chained, its checkpoints
 	// signed with the envelope keys; closed last, after every decision.
 	auditLog, closeAudit, err := openAudit(cfg.Audit, stdout, s.keys, s.log)
@@ -84,35 +85,20 @@ func newService(cfg config.Config, stdout, stderr io.Writer) (_ *service, err er
 		return nil, err
 	}
 	s.closers = append(s.closers, closeAudit)
-	if s.rules, err = decide.LoadRules(cfg.PolicyFile); err != nil {
-		return nil, err
-	}
-	if s.hop, err = newHop(cfg, s.log); err != nil {
-		return nil, err
-	}
 	s.warn()
 
-	// The catalog is built on the sources; its list_changed counts go to
-	// it, and its changes to the decision built on it below.
-	srcs, err := sources(cfg, s.log, func(id string) { s.cat.NoteListChanged(id) })
-	if err != nil {
-		return nil, err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.cat = catalog.New(srcs, catalog.Options{Logger: s.log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
+	s.cat = catalog.New(set.sources, catalog.Options{Logger: s.log, OnChange: func(id string, prev, next *catalog.List, changed []string) {
 		s.srv.CatalogChanged(id, prev, next, changed)
 	}})
 	reg.MustRegister(s.cat)
-	store, err := openStore(cfg, s.log, auditLog, reg)
+	store, err := openStore(cfg, set.redis, s.log, auditLog, reg)
 	if err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, store.close)
-	if err := approvalsFor(cfg, s.rules.Policy); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	if s.approvals, s.approvalServer, err = openApprovals(cfg, store, auditLog, s.log, reg); err != nil {
+	if s.approvals, s.approvalServer, err = openApprovals(cfg, set.auth, store, auditLog, s.log, reg); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	if s.approvals != nil {
@@ -138,7 +124,7 @@ func newService(cfg config.Config, stdout, stderr io.Writer) (_ *service, err er
 		Metrics:          decide.NewMetrics(reg),
 		Envelope:         s.keys,
 		EnvelopeTTL:      cfg.Envelope.TTL,
-		Grants:           grants,
+		Grants:           set.grants,
 	})
 	if err != nil {
 		return nil, err

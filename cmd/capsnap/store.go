@@ -26,7 +26,7 @@ type backend struct {
 	close      func()
 }
 
-func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.Registerer) (*backend, error) {
+func openStore(cfg config.Config, ro *redis.Options, log, auditLog zerolog.Logger, reg prometheus.Registerer) (*backend, error) {
 	if cfg.Snapshots.Store != config.StoreRedis {
 		m, err := store.NewMemory(store.MemoryOptions{MaxSnapshots: cfg.Snapshots.MaxSnapshots, Retain: cfg.Snapshots.TTL})
 		if err != nil {
@@ -38,11 +38,7 @@ func openStore(cfg config.Config, log, auditLog zerolog.Logger, reg prometheus.R
 		}, func() float64 { return float64(m.Held()) }))
 		return &backend{Backend: m, close: m.Close}, nil
 	}
-	rc := cfg.Snapshots.Redis
-	o, err := redisOptions(rc)
-	if err != nil {
-		return nil, err
-	}
+	o := *ro
 	o.Retain, o.MaxLocal = cfg.Snapshots.TTL, cfg.Snapshots.MaxSnapshots
 	o.Log, o.Audit, o.Registerer = log.With().Str("store", "redis").Logger(), auditLog, reg
 	r, err := redis.Open(o)
