@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/rs/zerolog"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -32,6 +34,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/capsnap/capsnap/approval"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
 )
@@ -43,6 +46,9 @@ const (
 	release    = "guard"
 	namespace  = "capsnap"
 	policyFile = "../examples/demo/policy.yaml"
+	// approvalPolicyFile holds calls for approval and puts a server under
+	// change control: capsnap refuses it without the approval listener.
+	approvalPolicyFile = "testdata/approval-policy.yaml"
 	// capsnapShutdown is how long capsnap may take after its drain:
 	// in-flight Checks, then the admin listener (cmd/capsnap/serve.go).
 	capsnapShutdown = 2 * 10 * time.Second
@@ -53,12 +59,14 @@ const (
 // the API server's strict field validation.
 var apiTypes = map[string]func() any{
 	"v1/ConfigMap":                            func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                               func() any { return &corev1.Secret{} },
 	"v1/Service":                              func() any { return &corev1.Service{} },
 	"v1/ServiceAccount":                       func() any { return &corev1.ServiceAccount{} },
 	"apps/v1/Deployment":                      func() any { return &appsv1.Deployment{} },
 	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
 	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
+	"networking.k8s.io/v1/Ingress":            func() any { return &networkingv1.Ingress{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
 	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
 }
@@ -107,6 +115,8 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 // scenario is a values file of testdata and what it must render to.
 type scenario struct {
 	values string
+	// policy is the file given with --set-file policy=.
+	policy string
 	// image is the Deployment's image reference.
 	image string
 	// secrets are where the files capsnap.yaml names come from:
@@ -114,6 +124,8 @@ type scenario struct {
 	secrets map[string]string
 	// kinds counts the objects of each kind.
 	kinds map[string]int
+	// opens are the names of capsnap's ports its NetworkPolicy opens.
+	opens []string
 }
 
 // grpcTLSSecrets are the files of the defaults' Secrets: the admin token,
@@ -136,14 +148,17 @@ func union(ms ...map[string]string) map[string]string {
 var scenarios = []scenario{
 	{
 		values: "mtls.yaml",
+		policy: policyFile,
 		image:  "registry.example.com/capsnap:0.1.0",
 		secrets: union(grpcTLSSecrets, map[string]string{
 			"snapshots.redis.secret_file": "capsnap-snapshot-key/snapshot.key",
 		}),
 		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "NetworkPolicy": 2, "PodDisruptionBudget": 1, "Service": 2, "ServiceAccount": 1, "StatefulSet": 1},
+		opens: []string{"admin", "grpc"},
 	},
 	{
 		values: "jwt-istio.yaml",
+		policy: policyFile,
 		image:  "ghcr.io/capsnap/capsnap@sha256:2313dd3eefb2ce04ac21d22452ecc8aecc83c02d57c01d811bbc20b66d21c3db",
 		secrets: map[string]string{
 			"admin.token_file":              "capsnap-admin-token/token",
@@ -156,12 +171,35 @@ var scenarios = []scenario{
 			"envelope.key_files[1]":         "capsnap-envelope-keys/envelope-2025.pem",
 		},
 		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "NetworkPolicy": 1, "PodDisruptionBudget": 1, "PrometheusRule": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1},
+		opens: []string{"admin", "grpc"},
 	},
 	{
 		values:  "single.yaml",
+		policy:  policyFile,
 		image:   "registry.example.com/capsnap:0.1.0",
 		secrets: grpcTLSSecrets,
 		kinds:   map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1},
+	},
+	{
+		values: "approvals.yaml",
+		policy: approvalPolicyFile,
+		image:  "registry.example.com/capsnap:0.1.0",
+		secrets: union(grpcTLSSecrets, map[string]string{
+			"snapshots.redis.secret_file": "capsnap-snapshot-key/snapshot.key",
+			"approvals.auth.jwks_file":    "guard-capsnap-approvers/jwks.json",
+		}),
+		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "Ingress": 1, "NetworkPolicy": 2, "PodDisruptionBudget": 1, "Secret": 1, "Service": 2, "ServiceAccount": 1, "StatefulSet": 1},
+		opens: []string{"admin", "approvals", "grpc"},
+	},
+	{
+		values: "approvals-existing-secret.yaml",
+		policy: approvalPolicyFile,
+		image:  "registry.example.com/capsnap:0.1.0",
+		secrets: union(grpcTLSSecrets, map[string]string{
+			"approvals.auth.dev_tokens_file": "capsnap-approver-tokens/tokens.yaml",
+		}),
+		kinds: map[string]int{"ConfigMap": 2, "Deployment": 1, "NetworkPolicy": 1, "PodDisruptionBudget": 1, "Service": 1, "ServiceAccount": 1},
+		opens: []string{"admin", "approvals", "grpc"},
 	},
 }
 
@@ -250,15 +288,24 @@ func one[T any](t *testing.T, r rendered) *T {
 	return objs[0]
 }
 
-func named[T any](t *testing.T, r rendered, name string) *T {
-	t.Helper()
+// find returns the object of type T named name, or nil; named, the
+// object, which must be there.
+func find[T any](r rendered, name string) *T {
 	for _, o := range all[T](r) {
 		if any(o).(metav1.Object).GetName() == name {
 			return o
 		}
 	}
-	t.Fatalf("no %T named %q", *new(T), name)
 	return nil
+}
+
+func named[T any](t *testing.T, r rendered, name string) *T {
+	t.Helper()
+	o := find[T](r, name)
+	if o == nil {
+		t.Fatalf("no %T named %q", *new(T), name)
+	}
+	return o
 }
 
 func kinds(r rendered) map[string]int {
@@ -315,8 +362,9 @@ func mountOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container, dir string
 }
 
 // configOf returns the capsnap.yaml the Deployment runs with, parsed by
-// capsnap, and the policy ConfigMap's data.
-func configOf(t *testing.T, r rendered) (config.Config, map[string]string) {
+// capsnap, and the policy ConfigMap's data, which must be the policy in
+// wantPolicy.
+func configOf(t *testing.T, r rendered, wantPolicy string) (config.Config, map[string]string) {
 	t.Helper()
 	d, c := capsnapDeployment(t, r)
 	args := c.Args
@@ -333,12 +381,16 @@ func configOf(t *testing.T, r rendered) (config.Config, map[string]string) {
 	if err != nil {
 		t.Fatalf("policy_file %s: %v", cfg.PolicyFile, err)
 	}
-	want, err := policy.Load(policyFile)
+	want, err := policy.Load(wantPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Digest() != want.Digest() {
-		t.Errorf("policy %s is not %s, the one given with --set-file", p.Digest(), policyFile)
+		t.Errorf("policy %s is not %s, the one given with --set-file", p.Digest(), wantPolicy)
+	}
+	// As capsnap serve refuses it (cmd/capsnap/approvals_serve.go).
+	if (p.HoldsForApproval() || p.UnderChangeControl()) && cfg.Approvals.Addr == "" {
+		t.Errorf("policy %s holds calls or tool changes for approval, but approvals.addr is not set", wantPolicy)
 	}
 	v := mountOf(t, d, c, path.Dir(cfg.PolicyFile))
 	return cfg, named[corev1.ConfigMap](t, r, v.ConfigMap.Name).Data
@@ -375,6 +427,8 @@ func secretFiles(cfg config.Config) map[string]string {
 	for i, f := range cfg.Envelope.KeyFiles {
 		files[fmt.Sprintf("envelope.key_files[%d]", i)] = f
 	}
+	files["approvals.auth.jwks_file"] = cfg.Approvals.Auth.JWKSFile
+	files["approvals.auth.dev_tokens_file"] = cfg.Approvals.Auth.DevTokensFile
 	maps.DeleteFunc(files, func(_, f string) bool { return f == "" })
 	return files
 }
@@ -409,11 +463,11 @@ func imageUser(t *testing.T) (uid, gid int64) {
 func TestChartRenders(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.values, func(t *testing.T) {
-			r := render(t, sc.values)
+			r := render(t, sc.values, "--set-file", "policy="+sc.policy)
 			if got := kinds(r); !maps.Equal(got, sc.kinds) {
 				t.Errorf("objects %v, want %v", got, sc.kinds)
 			}
-			cfg, _ := configOf(t, r)
+			cfg, _ := configOf(t, r, sc.policy)
 			d, c := capsnapDeployment(t, r)
 			checkDeployment(t, r, cfg, d, c)
 			if c.Image != sc.image {
@@ -428,6 +482,7 @@ func TestChartRenders(t *testing.T) {
 					continue
 				}
 				got[field] = v.Secret.SecretName + "/" + path.Base(file)
+				renderedSecretFile(t, r, d, c, file)
 			}
 			if !maps.Equal(got, sc.secrets) {
 				t.Errorf("secret files %v\nwant %v", got, sc.secrets)
@@ -440,9 +495,15 @@ func TestChartRenders(t *testing.T) {
 					t.Errorf("PodDisruptionBudget %s: want it to select capsnap's pods, with one of minAvailable and maxUnavailable", pdb.Name)
 				}
 			}
+			var opens []string
 			for _, np := range all[networkingv1.NetworkPolicy](r) {
-				checkNetworkPolicy(t, r, np)
+				opens = append(opens, checkNetworkPolicy(t, r, np)...)
 			}
+			slices.Sort(opens)
+			if !slices.Equal(opens, sc.opens) {
+				t.Errorf("the NetworkPolicies open capsnap's ports %v, want %v", opens, sc.opens)
+			}
+			checkApprovals(t, r, cfg)
 			if sm := all[monitoringv1.ServiceMonitor](r); len(sm) != 0 {
 				checkServiceMonitor(t, r, sm[0])
 			}
@@ -476,7 +537,14 @@ func checkDeployment(t *testing.T, r rendered, cfg config.Config, d *appsv1.Depl
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	for name, addr := range map[string]string{"grpc": cfg.GRPCAddr, "admin": cfg.AdminAddr} {
+	listeners := map[string]string{"grpc": cfg.GRPCAddr, "admin": cfg.AdminAddr}
+	if cfg.Approvals.Addr != "" {
+		listeners["approvals"] = cfg.Approvals.Addr
+	}
+	if len(ports) != len(listeners) {
+		t.Errorf("container ports %v, want one for each of capsnap's listeners %v", ports, listeners)
+	}
+	for name, addr := range listeners {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			t.Fatal(err)
@@ -538,13 +606,20 @@ func checkService(t *testing.T, r rendered, d *appsv1.Deployment) {
 	}
 	got := map[string]int32{}
 	for _, p := range s.Spec.Ports {
-		if want[p.TargetPort.String()] != p.Port {
-			t.Errorf("Service port %s: %d -> %s, want the container port of that name", p.Name, p.Port, p.TargetPort.String())
+		if p.TargetPort.String() != p.Name {
+			t.Errorf("Service port %s targets %s, want the container port of its name", p.Name, p.TargetPort.String())
 		}
 		got[p.Name] = p.Port
 	}
-	if !maps.Equal(got, want) {
-		t.Errorf("Service ports %v, want the container's %v", got, want)
+	if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want))) {
+		t.Errorf("Service ports %v, want one for each of the container's %v", got, want)
+	}
+	// Envoy's filters and Prometheus dial capsnap's own numbers; the
+	// approvals port is the Service's to choose (approvals.service.port).
+	for _, name := range []string{"grpc", "admin"} {
+		if got[name] != want[name] {
+			t.Errorf("Service port %s %d, want the container's %d", name, got[name], want[name])
+		}
 	}
 }
 
@@ -589,17 +664,19 @@ func checkStore(t *testing.T, r rendered, cfg config.Config, d *appsv1.Deploymen
 
 // checkNetworkPolicy refuses a rule that admits everyone (one with no
 // peers) or any port; the one for capsnap must open its grpc port, and
-// may open only its own ports.
-func checkNetworkPolicy(t *testing.T, r rendered, np *networkingv1.NetworkPolicy) {
+// may open only its own ports, whose names it returns.
+func checkNetworkPolicy(t *testing.T, r rendered, np *networkingv1.NetworkPolicy) []string {
 	t.Helper()
 	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) == 0 {
 		t.Errorf("NetworkPolicy %s: want Ingress rules", np.Name)
 	}
 	d, c := capsnapDeployment(t, r)
 	ports := map[string]bool{}
+	names := map[string]string{}
 	var grpc string
 	for _, p := range c.Ports {
 		ports[strconv.Itoa(int(p.ContainerPort))] = false
+		names[strconv.Itoa(int(p.ContainerPort))] = p.Name
 		if p.Name == "grpc" {
 			grpc = strconv.Itoa(int(p.ContainerPort))
 		}
@@ -616,9 +693,129 @@ func checkNetworkPolicy(t *testing.T, r rendered, np *networkingv1.NetworkPolicy
 			}
 		}
 	}
-	if selects(t, &np.Spec.PodSelector, d.Spec.Template.Labels) && !ports[grpc] {
+	if !selects(t, &np.Spec.PodSelector, d.Spec.Template.Labels) {
+		return nil
+	}
+	if !ports[grpc] {
 		t.Errorf("NetworkPolicy %s does not open the grpc port: no Envoy could reach capsnap", np.Name)
 	}
+	var opened []string
+	for port, open := range ports {
+		if open {
+			opened = append(opened, names[port])
+		}
+	}
+	return opened
+}
+
+// renderedSecretFile is the content of file, a key of the Secret mounted
+// at its directory, when that Secret is one the chart renders; ok is false
+// when it is the operator's.
+func renderedSecretFile(t *testing.T, r rendered, d *appsv1.Deployment, c *corev1.Container, file string) (data []byte, ok bool) {
+	t.Helper()
+	v := mountOf(t, d, c, path.Dir(file))
+	if v == nil || v.Secret == nil {
+		t.Fatalf("%s: no Secret is mounted at %s", file, path.Dir(file))
+	}
+	s := find[corev1.Secret](r, v.Secret.SecretName)
+	if s == nil {
+		return nil, false
+	}
+	data, ok = s.Data[path.Base(file)]
+	if !ok {
+		t.Fatalf("%s: Secret %s has no key %s", file, s.Name, path.Base(file))
+	}
+	return data, true
+}
+
+// checkApprovals checks the approval listener's wiring: the base URL
+// approvers are sent to, the Service port or Ingress it leads to, and the
+// approvers' files the chart renders, loaded as capsnap serve loads them.
+func checkApprovals(t *testing.T, r rendered, cfg config.Config) {
+	t.Helper()
+	d, c := capsnapDeployment(t, r)
+	ingresses := all[networkingv1.Ingress](r)
+	a := cfg.Approvals
+	if a.Addr == "" {
+		if len(ingresses) != 0 {
+			t.Errorf("an Ingress, with approvals off")
+		}
+		return
+	}
+	svc := named[corev1.Service](t, r, d.Name)
+	var port int32
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "approvals" {
+			port = p.Port
+		}
+	}
+	base, err := url.Parse(a.BaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch len(ingresses) {
+	case 0:
+		if want := fmt.Sprintf("%s.%s.svc.cluster.local:%d", svc.Name, namespace, port); base.Scheme != "http" || base.Host != want {
+			t.Errorf("approvals.base_url %s without an Ingress, want the Service's http://%s", a.BaseURL, want)
+		}
+	case 1:
+		checkApprovalsIngress(t, ingresses[0], svc, base)
+	default:
+		t.Errorf("%d Ingresses, want one at most", len(ingresses))
+	}
+
+	if f := a.Auth.DevTokensFile; f != "" {
+		if data, ok := renderedSecretFile(t, r, d, c, f); ok {
+			if _, err := approval.LoadDevTokens(tempFile(t, data), zerolog.Nop()); err != nil {
+				t.Errorf("approvals.auth.dev_tokens_file: %v", err)
+			}
+		}
+	}
+	if f := a.Auth.JWKSFile; f != "" {
+		if data, ok := renderedSecretFile(t, r, d, c, f); ok {
+			if _, err := approval.NewJWT(approval.JWTConfig{JWKSFile: tempFile(t, data), Issuer: a.Auth.Issuer, Audience: a.Auth.Audience}); err != nil {
+				t.Errorf("approvals.auth.jwks_file: %v", err)
+			}
+		}
+	}
+}
+
+// checkApprovalsIngress: the Ingress serves the base URL's host, over TLS
+// if and only if the base URL is https (where the sign-in cookie is
+// Secure), and sends the approval routes, and only them, to the Service's
+// approvals port.
+func checkApprovalsIngress(t *testing.T, ing *networkingv1.Ingress, svc *corev1.Service, base *url.URL) {
+	t.Helper()
+	if len(ing.Spec.Rules) != 1 || ing.Spec.Rules[0].Host != base.Host || ing.Spec.Rules[0].HTTP == nil {
+		t.Fatalf("Ingress %s rules %+v, want one for approvals.base_url's host %s", ing.Name, ing.Spec.Rules, base.Host)
+	}
+	tls := false
+	for _, x := range ing.Spec.TLS {
+		tls = tls || slices.Contains(x.Hosts, base.Host)
+	}
+	if tls != (base.Scheme == "https") {
+		t.Errorf("Ingress %s: TLS for %s %v, and approvals.base_url is %s", ing.Name, base.Host, tls, base)
+	}
+	var paths []string
+	for _, p := range ing.Spec.Rules[0].HTTP.Paths {
+		paths = append(paths, p.Path)
+		b := p.Backend.Service
+		if p.PathType == nil || *p.PathType != networkingv1.PathTypePrefix || b == nil || b.Name != svc.Name || b.Port.Name != "approvals" {
+			t.Errorf("Ingress %s path %s: want a Prefix to Service %s's port approvals", ing.Name, p.Path, svc.Name)
+		}
+	}
+	if want := []string{"/approvals", "/api/approvals"}; !slices.Equal(paths, want) {
+		t.Errorf("Ingress %s paths %v, want the approval routes %v", ing.Name, paths, want)
+	}
+}
+
+func tempFile(t *testing.T, data []byte) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(f, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 func checkServiceMonitor(t *testing.T, r rendered, sm *monitoringv1.ServiceMonitor) {
@@ -672,7 +869,7 @@ func TestChartReload(t *testing.T) {
 	state := func(r rendered) pod {
 		t.Helper()
 		d, _ := capsnapDeployment(t, r)
-		_, pdata := configOf(t, r)
+		_, pdata := configOf(t, r, policyFile)
 		a := d.Spec.Template.Annotations
 		return pod{a["checksum/config"], a["checksum/policy"], pdata["policy.yaml"]}
 	}
@@ -701,6 +898,50 @@ func TestChartReload(t *testing.T) {
 	}
 }
 
+// TestChartApproversReload: capsnap reads development tokens at start
+// only, so a change to the inline ones rolls the pods; a JWKS it reads
+// again by itself, and a new one rolls nothing. Either reaches the pods as
+// a file capsnap loads.
+func TestChartApproversReload(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		t.Helper()
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	tokens := write("tokens.yaml", "tokens:\n  - {token: chart-test-oncall-0001, approver: oncall@acme.example, groups: [billing-oncall]}\n")
+	rotated := write("rotated.yaml", "tokens:\n  - {token: chart-test-oncall-0002, approver: oncall@acme.example, groups: [billing-oncall]}\n")
+	// RFC 8037's Ed25519 public key.
+	jwks := write("jwks.json", `{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "approvers", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}`)
+	type pod struct{ approvers, config string }
+	state := func(args ...string) pod {
+		t.Helper()
+		r := render(t, "mtls.yaml", append([]string{"--set", "approvals.enabled=true"}, args...)...)
+		cfg, _ := configOf(t, r, policyFile)
+		checkApprovals(t, r, cfg)
+		d, _ := capsnapDeployment(t, r)
+		a := d.Spec.Template.Annotations
+		return pod{a["checksum/approvers"], a["checksum/config"]}
+	}
+
+	base := state("--set-file", "approvals.auth.devTokens="+tokens)
+	if base.approvers == "" {
+		t.Fatal("no checksum/approvers annotation with inline development tokens")
+	}
+	if s := state("--set-file", "approvals.auth.devTokens="+rotated); s.approvers == base.approvers || s.config != base.config {
+		t.Errorf("development tokens changed: checksum/approvers %s -> %s, checksum/config %s -> %s; want only the first to change",
+			base.approvers, s.approvers, base.config, s.config)
+	}
+	s := state("--set", "approvals.auth.issuer=https://login.acme.example/", "--set", "approvals.auth.audience=capsnap-approvals",
+		"--set-file", "approvals.auth.jwks="+jwks)
+	if s.approvers != "" {
+		t.Error("checksum/approvers with a JWKS: a new key would restart capsnap, which reads the JWKS again by itself")
+	}
+}
+
 // TestChartRefuses: what would deploy a capsnap that cannot work, or one
 // less guarded than it looks, does not render.
 func TestChartRefuses(t *testing.T) {
@@ -708,6 +949,8 @@ func TestChartRefuses(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Approvals on, with what the chart needs of them to render.
+	devTokens := []string{"--set", "approvals.enabled=true", "--set", "approvals.auth.devTokens=tokens"}
 	for _, c := range []struct {
 		name string
 		args []string
@@ -727,6 +970,20 @@ func TestChartRefuses(t *testing.T) {
 		{"envelope keys without their Secret", []string{"--set-json", `envelope.keys=["k.pem"]`}, "/envelope/keysSecret"},
 		{"an image digest that is none", []string{"--set", "image.digest=latest"}, "/image/digest"},
 		{"an unknown value", []string{"--set", "replicas=3"}, "replicas"},
+		{"approvals without approvers' tokens", []string{"--set", "approvals.enabled=true"}, "approvals.enabled: no approvers' tokens"},
+		{"approvers' tokens from two sources", append(devTokens, "--set", "approvals.auth.jwksURL=https://login.acme.example/jwks"), "more than one source of the approvers' tokens (jwksURL, devTokens)"},
+		{"inline tokens and an existing Secret", append(devTokens, "--set", "approvals.auth.existingSecret.name=approvers"), "existingSecret and the inline jwks or devTokens are both set"},
+		{"a key without its Secret", []string{"--set", "approvals.enabled=true", "--set", "approvals.auth.existingSecret.devTokensKey=tokens.yaml"}, "a key is set without the Secret's name"},
+		{"a JWKS without issuer and audience", []string{"--set", "approvals.enabled=true", "--set", "approvals.auth.jwksURL=https://login.acme.example/jwks"}, "approvals.auth.issuer and approvals.auth.audience are required"},
+		{"the approvals listener in config", append(devTokens, "--set", "config.approvals.addr=0.0.0.0:9003"), "config.approvals.addr is set by the chart"},
+		{"the approvers' files in config", append(devTokens, "--set", "config.approvals.auth.dev_tokens_file=/tmp/tokens"), "config.approvals.auth is set by the chart"},
+		{"approvals config with approvals off", []string{"--set", "config.approvals.pending_ttl=30m"}, "config.approvals is set, but approvals.enabled is false"},
+		{"an approvals Ingress with approvals off", []string{"--set", "approvals.ingress.enabled=true", "--set", "approvals.ingress.host=approvals.acme.example"}, "the Ingress would lead nowhere"},
+		{"an approvals Ingress without a host", append(devTokens, "--set", "approvals.ingress.enabled=true"), "/approvals/ingress/host"},
+		{"the approvals port on the admin port", append(devTokens, "--set", "approvals.port=9002"), "approvals.port 9002 is capsnap's grpc or admin port"},
+		{"a privileged approvals port", append(devTokens, "--set", "approvals.port=443"), "/approvals/port"},
+		{"a base URL with a path", append(devTokens, "--set", "approvals.baseURL=https://acme.example/approvals"), "/approvals/baseURL"},
+		{"an approvers' key with a directory", []string{"--set", "approvals.auth.existingSecret.jwksKey=keys/jwks.json"}, "/approvals/auth/existingSecret/jwksKey"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := helm(t, append([]string{"template", release, chart, "-f", "testdata/mtls.yaml", "--set-file", "policy=" + policyFile}, c.args...)...)
@@ -744,7 +1001,7 @@ func TestChartRefuses(t *testing.T) {
 // chart alone, which must fail for want of servers and a policy.
 func TestChartLint(t *testing.T) {
 	for _, sc := range scenarios {
-		if out, err := helm(t, "lint", "--strict", chart, "-f", filepath.Join("testdata", sc.values), "--set-file", "policy="+policyFile); err != nil {
+		if out, err := helm(t, "lint", "--strict", chart, "-f", filepath.Join("testdata", sc.values), "--set-file", "policy="+sc.policy); err != nil {
 			t.Errorf("%s: %v\n%s", sc.values, err, out)
 		}
 	}

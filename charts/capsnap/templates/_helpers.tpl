@@ -64,6 +64,41 @@ redisPassword: /var/run/capsnap/redis-password
 redisTLS: /var/run/capsnap/redis-tls
 redisClient: /var/run/capsnap/redis-client
 envelope: /var/run/capsnap/envelope
+approvers: /var/run/capsnap/approvers
+{{- end -}}
+
+{{/*
+The approvers' files: the Secret that holds them (the operator's, or the
+chart's own made from the inline values) and the key of each it holds,
+empty for none.
+*/}}
+{{- define "capsnap.approvers" -}}
+{{- $a := .Values.approvals.auth -}}
+{{- $x := $a.existingSecret -}}
+{{- if $x.name -}}
+secret: {{ $x.name }}
+jwksKey: {{ $x.jwksKey | quote }}
+devTokensKey: {{ $x.devTokensKey | quote }}
+{{- else -}}
+secret: {{ include "capsnap.fullname" . }}-approvers
+jwksKey: {{ ternary "jwks.json" "" (ne $a.jwks "") | quote }}
+devTokensKey: {{ ternary "dev-tokens.yaml" "" (ne $a.devTokens "") | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Where approvers reach the approval listener: approvals.baseURL, else the
+Ingress's host, else the Service's name in the cluster.
+*/}}
+{{- define "capsnap.approvals.baseURL" -}}
+{{- $a := .Values.approvals -}}
+{{- if $a.baseURL -}}
+{{- trimSuffix "/" $a.baseURL -}}
+{{- else if $a.ingress.enabled -}}
+{{- printf "%s://%s" (ternary "https" "http" $a.ingress.tls.enabled) $a.ingress.host -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc.cluster.local:%d" (include "capsnap.fullname" .) .Release.Namespace (int $a.service.port) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -142,6 +177,66 @@ that rolls the pods when it changes.
 {{- end -}}
 {{- $_ := set $env "key_files" $files -}}
 {{- $_ := set $c "envelope" $env -}}
+{{- end -}}
+
+{{- $a := $v.approvals -}}
+{{- if not $a.enabled -}}
+{{- if hasKey $c "approvals" -}}
+{{- fail "config.approvals is set, but approvals.enabled is false: capsnap would serve no approvals; set approvals.enabled" -}}
+{{- end -}}
+{{- if $a.ingress.enabled -}}
+{{- fail "approvals.ingress.enabled is set, but approvals.enabled is false: the Ingress would lead nowhere" -}}
+{{- end -}}
+{{- else -}}
+{{- if has (int $a.port) (list 9001 9002) -}}
+{{- fail (printf "approvals.port %d is capsnap's grpc or admin port; choose another" (int $a.port)) -}}
+{{- end -}}
+{{- $ac := default dict (get $c "approvals") -}}
+{{- range $k := list "addr" "base_url" "auth" -}}
+{{- if hasKey $ac $k -}}
+{{- fail (printf "config.approvals.%s is set by the chart from approvals; remove it from config" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- $au := $a.auth -}}
+{{- $x := $au.existingSecret -}}
+{{- if and $x.name (or $au.jwks $au.devTokens) -}}
+{{- fail "approvals.auth: existingSecret and the inline jwks or devTokens are both set; the approvers' files come from one Secret" -}}
+{{- end -}}
+{{- if and (not $x.name) (or $x.jwksKey $x.devTokensKey) -}}
+{{- fail "approvals.auth.existingSecret: a key is set without the Secret's name" -}}
+{{- end -}}
+{{- $ap := include "capsnap.approvers" . | fromYaml -}}
+{{- $sources := list -}}
+{{- if $au.jwksURL }}{{ $sources = append $sources "jwksURL" }}{{ end -}}
+{{- if $ap.jwksKey }}{{ $sources = append $sources (ternary "existingSecret.jwksKey" "jwks" (ne $x.name "")) }}{{ end -}}
+{{- if $ap.devTokensKey }}{{ $sources = append $sources (ternary "existingSecret.devTokensKey" "devTokens" (ne $x.name "")) }}{{ end -}}
+{{- if not $sources -}}
+{{- fail "approvals.enabled: no approvers' tokens; set approvals.auth.jwks, jwksURL or existingSecret.jwksKey (a JWKS, with issuer and audience), or, for development only, devTokens or existingSecret.devTokensKey" -}}
+{{- end -}}
+{{- if gt (len $sources) 1 -}}
+{{- fail (printf "approvals.auth: more than one source of the approvers' tokens (%s); capsnap takes exactly one" (join ", " $sources)) -}}
+{{- end -}}
+{{- $auth := dict -}}
+{{- if $ap.devTokensKey -}}
+{{- $_ := set $auth "dev_tokens_file" (printf "%s/%s" $p.approvers $ap.devTokensKey) -}}
+{{- else -}}
+{{- if not (and $au.issuer $au.audience) -}}
+{{- fail "approvals.auth.issuer and approvals.auth.audience are required with a JWKS: capsnap holds every approver's token to them" -}}
+{{- end -}}
+{{- $_ := set $auth "issuer" $au.issuer -}}
+{{- $_ := set $auth "audience" $au.audience -}}
+{{- if $au.jwksURL -}}
+{{- $_ := set $auth "jwks_url" $au.jwksURL -}}
+{{- else -}}
+{{- $_ := set $auth "jwks_file" (printf "%s/%s" $p.approvers $ap.jwksKey) -}}
+{{- end -}}
+{{- with $au.identityClaim }}{{ $_ := set $auth "identity_claim" . }}{{ end -}}
+{{- with $au.groupsClaim }}{{ $_ := set $auth "groups_claim" . }}{{ end -}}
+{{- end -}}
+{{- $_ := set $ac "addr" (printf "0.0.0.0:%d" (int $a.port)) -}}
+{{- $_ := set $ac "base_url" (include "capsnap.approvals.baseURL" .) -}}
+{{- $_ := set $ac "auth" $auth -}}
+{{- $_ := set $c "approvals" $ac -}}
 {{- end -}}
 {{- toYaml $c -}}
 {{- end -}}
