@@ -282,13 +282,30 @@ type Server struct {
 	// nothing was done: a server that errs after moving the money would
 	// hand the budget back for more.
 	ReleaseOnError bool `yaml:"release_on_error"`
+	// CallsWithoutListing lets a caller that holds no snapshot at all on
+	// this server (a script that calls a fixed tool by name, never
+	// listing) call: each such call is judged against the tool's live,
+	// approved definition and the caller's grants, and audited as made
+	// without a snapshot. Off by default: the design binds a call to what
+	// was delivered, and only this opt-in lets a call through that was
+	// not (docs/POLICY.md).
+	CallsWithoutListing bool `yaml:"calls_without_listing"`
 }
 
 // ReleasingOnError lists the servers with release_on_error.
 func (c Config) ReleasingOnError() []string {
+	return c.serversWhere(func(s Server) bool { return s.ReleaseOnError })
+}
+
+// CallingWithoutListing lists the servers with calls_without_listing.
+func (c Config) CallingWithoutListing() []string {
+	return c.serversWhere(func(s Server) bool { return s.CallsWithoutListing })
+}
+
+func (c Config) serversWhere(f func(Server) bool) []string {
 	var ids []string
 	for _, s := range c.Servers {
-		if s.ReleaseOnError {
+		if f(s) {
 			ids = append(ids, s.ID)
 		}
 	}

@@ -109,6 +109,9 @@ func (s *Server) audit(d *decision, elapsed time.Duration, more func(*zerolog.Ev
 	if d.staleRead {
 		ev = ev.Bool("stale_catalog_read", true)
 	}
+	if d.withoutListing {
+		ev = ev.Bool("without_snapshot", true)
+	}
 	if len(d.reserved) > 0 {
 		arr := zerolog.Arr()
 		for _, r := range d.reserved {

@@ -53,6 +53,9 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 		if catalogFail != nil {
 			return catalogFail
 		}
+		if fail.Reason == deny.NoSnapshot && d.clientEpoch == "" && s.withoutListing[d.ServerID] {
+			return s.callWithoutListing(d, r, list)
+		}
 		return fail
 	}
 	d.snapshot = snap
@@ -124,7 +127,11 @@ func (s *Server) checkTerms(d *decision, snap *store.Snapshot, rule policy.Decis
 		return fail
 	}
 	// The snapshot is the call log it keeps (store.Snapshot.Follows).
-	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Now: d.now, Snapshot: snap.Epoch, Log: snap, Counters: s.counters,
+	var log policy.CallLog = snap
+	if d.withoutListing {
+		log = noCallLog{}
+	}
+	call := policy.Call{Input: policy.Input{Args: args, Principal: d.Principal, Server: d.ServerID, Tool: d.Tool}, Now: d.now, Snapshot: snap.Epoch, Log: log, Counters: s.counters,
 		Arguments: d.call.Arguments, SchemaDigest: d.SchemaDigest, PolicyDigest: rule.Digest, Effect: rule.Effect, Approvals: s.approvals}
 	if s.observe[d.ServerID] {
 		// The call runs whatever is decided: no person is asked to approve

@@ -76,6 +76,9 @@ type decision struct {
 	// staleRead marks a read allowed on its snapshot alone while the
 	// catalog was unavailable.
 	staleRead bool
+	// withoutListing marks a call decided with no snapshot, on a server
+	// that takes such calls (unlisted.go).
+	withoutListing bool
 	// allowedTools, for a tool_not_granted denial, are the tools the
 	// principal may call instead.
 	allowedTools []string

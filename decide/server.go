@@ -72,6 +72,10 @@ type Options struct {
 	// a tool result with isError) give back what they reserved of their
 	// budgets and rate limits, through the response path (Settle).
 	ReleaseOnError []string
+	// WithoutListing are the servers that take a call from a caller with
+	// no snapshot on them, judged on the live, approved definition
+	// (unlisted.go).
+	WithoutListing []string
 	// Audit receives one line per decision.
 	Audit   zerolog.Logger
 	Metrics *Metrics
@@ -96,6 +100,8 @@ type Server struct {
 	// releaseKey seals their release tickets (release.go).
 	releaseOnError map[string]bool
 	releaseKey     []byte
+	// withoutListing are the servers of Options.WithoutListing.
+	withoutListing map[string]bool
 	rules          atomic.Pointer[Rules]
 	denials        config.Denials
 	schemas        schemas
@@ -199,6 +205,13 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("decide: release_on_error server %q is not configured", id)
 		}
 		s.releaseOnError[id] = true
+	}
+	s.withoutListing = map[string]bool{}
+	for _, id := range o.WithoutListing {
+		if !s.servers[id] {
+			return nil, fmt.Errorf("decide: calls_without_listing server %q is not configured", id)
+		}
+		s.withoutListing[id] = true
 	}
 	// The store that keeps snapshots keeps the budgets and rate limits
 	// too: in this process, or shared by every replica.

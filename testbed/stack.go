@@ -120,6 +120,9 @@ type StackOptions struct {
 	// ReleaseOnError sets billing's servers[].release_on_error: a failed
 	// call gives back what it reserved of its budgets.
 	ReleaseOnError bool
+	// CallsWithoutListing sets billing's servers[].calls_without_listing:
+	// a caller with no snapshot on it may call.
+	CallsWithoutListing bool
 	// Approvals serves each replica's approval page and API on its
 	// Ports.Approvals, its approvers the development tokens ApproverToken
 	// (OnCall, in group billing-oncall) and OutsiderToken.
@@ -340,6 +343,9 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 		}
 		if s.opts.ReleaseOnError {
 			release = "\n    release_on_error: true"
+		}
+		if s.opts.CallsWithoutListing {
+			release += "\n    calls_without_listing: true"
 		}
 		servers = fmt.Sprintf(`servers:
   - id: billing

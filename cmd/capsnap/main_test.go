@@ -87,6 +87,7 @@ func TestCommands(t *testing.T) {
 		{"keys without subcommand", []string{"keys"}, exitUsage, "", "the subcommand jwks is required"},
 		{"keys jwks without config", []string{"keys", "jwks"}, exitUsage, "", "keys jwks: exactly --config FILE is required"},
 		{"check envelope keys", []string{"check", "--config", "testdata/envelope.yaml"}, exitOK, `ok \(1 servers`, ""},
+		{"check calls without listing", []string{"check", "--config", "testdata/without-listing.yaml"}, exitOK, `ok \(1 servers`, "warning: testdata/without-listing.yaml: server billing has calls_without_listing"},
 		{"check a grant key", []string{"check", "--config", "testdata/grant.yaml"}, exitOK, `ok \(1 servers`, ""},
 		{"check a grant key that is not a public key", []string{"check", "--config", "testdata/grant-private-key.yaml"}, exitFailure, "", `servers[0].grant_key_file: envelope: testdata/not-a-public-key.pem: want a PEM "PUBLIC KEY"`},
 		{"policy without subcommand", []string{"policy"}, exitUsage, "", "explain, lint or reload is required"},

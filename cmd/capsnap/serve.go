@@ -56,6 +56,9 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 			return fmt.Errorf("check: %w", err)
 		}
 	}
+	for _, id := range cfg.CallingWithoutListing() {
+		fmt.Fprintf(stderr, "warning: %s: server %s has calls_without_listing: a caller that never lists may call its tools, held to the live definition instead of one it was delivered\n", path, id)
+	}
 	envoyNote, err := checkEnvoy(cfg, envoyPath, stderr)
 	if err != nil {
 		return err

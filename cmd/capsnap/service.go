@@ -120,6 +120,7 @@ func newService(cfg config.Config, stdout, stderr io.Writer) (_ *service, err er
 		Limits:           mcpparse.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, MaxDepth: cfg.Limits.MaxDepth},
 		Observe:          cfg.Observed(),
 		ReleaseOnError:   cfg.ReleasingOnError(),
+		WithoutListing:   cfg.CallingWithoutListing(),
 		Audit:            auditLog,
 		Metrics:          decide.NewMetrics(reg),
 		Envelope:         s.keys,
@@ -171,6 +172,10 @@ func (s *service) warn() {
 	if observed := s.cfg.Observed(); len(observed) > 0 {
 		s.log.Warn().Strs("servers", observed).
 			Msg("OBSERVE MODE: capsnap decides, audits and counts every request to these servers and enforces nothing: a request it would deny passes, and a tools/list response reaches the agent unfiltered")
+	}
+	if ids := s.cfg.CallingWithoutListing(); len(ids) > 0 {
+		s.log.Warn().Strs("servers", ids).
+			Msg("calls_without_listing: a caller with no snapshot on these servers may call their tools, held to the live, approved definition rather than one it was delivered")
 	}
 	if s.cfg.Principal.Source == config.SourceHeader {
 		s.log.Warn().Str("header", s.cfg.Principal.Header).
