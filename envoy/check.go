@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Names and type URLs the response path is made of.
@@ -21,6 +19,7 @@ const (
 	metadataInput = typePrefix + "envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput"
 	metadataMatch = typePrefix + "envoy.extensions.matching.input_matchers.metadata.v3.Metadata"
 	skipFilter    = typePrefix + "envoy.extensions.filters.common.matcher.action.v3.SkipFilter"
+	filterConfig  = typePrefix + "envoy.config.route.v3.FilterConfig"
 )
 
 // CheckResponsePath reads an Envoy bootstrap (YAML or JSON, its
@@ -34,157 +33,177 @@ const (
 // and every call it makes is denied no_snapshot. It knows the shapes
 // envoy/demo.yaml is written in, and says so where it cannot tell.
 func CheckResponsePath(bootstrap []byte) ([]string, error) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(bootstrap, &doc); err != nil {
-		return nil, fmt.Errorf("envoy: %w", err)
+	doc, err := parse(bootstrap)
+	if err != nil {
+		return nil, err
 	}
 	var warn []string
-	guarded := 0
-	for _, l := range list(field(doc, "static_resources", "listeners")) {
-		lname, _ := field(l, "name").(string)
-		for _, fc := range list(field(l, "filter_chains")) {
-			for _, f := range list(field(fc, "filters")) {
-				name, _ := field(f, "name").(string)
-				tc := field(f, "typed_config")
-				if name != hcmName && typeOf(tc) != hcmType {
-					continue
-				}
-				w, ok := checkHTTPManager(tc)
-				if !ok {
-					continue
-				}
-				guarded++
-				for _, s := range w {
-					warn = append(warn, fmt.Sprintf("listener %q: %s", lname, s))
-				}
-			}
+	guarded := eachGuarded(doc, func(m httpManager, f filters) {
+		for _, x := range responsePath(m, f) {
+			warn = append(warn, fmt.Sprintf("listener %q: %s", m.listener, x.Message))
 		}
-	}
-	if guarded == 0 {
-		warn = append(warn, "no HTTP connection manager in static_resources runs the ext_authz filter: nothing to check (listeners from xDS, or Istio's EnvoyFilters, are not read)")
+	})
+	if !guarded {
+		warn = append(warn, noAuthz.Message)
 	}
 	return warn, nil
 }
 
-// checkHTTPManager checks one HTTP connection manager; ok is false when it
-// runs no ext_authz filter, and so no capsnap.
-func checkHTTPManager(hcm any) (warn []string, ok bool) {
-	filters := list(field(hcm, "http_filters"))
-	authz, proc := -1, -1
-	var procName, authzName string
-	var procCfg, matcher any
-	var procDisabled bool
-	for i, f := range filters {
-		name, _ := field(f, "name").(string)
-		tc := field(f, "typed_config")
-		switch typeOf(tc) {
-		case extAuthzType:
-			if authz < 0 {
-				authz, authzName = i, name
-			}
-		case extProcType, withMatcher:
-			cfg, m := tc, any(nil)
-			if typeOf(tc) == withMatcher {
-				cfg = field(tc, "extension_config", "typed_config")
-				if typeOf(cfg) != extProcType {
-					continue
-				}
-				m = tc
-			}
-			if authz >= 0 && !sameService(field(filters[authz], "typed_config"), cfg) {
-				continue
-			}
-			if proc < 0 || (proc < authz && i > authz) {
-				proc, procName, procCfg, matcher = i, name, cfg, m
-				procDisabled, _ = field(f, "disabled").(bool)
-			}
-		}
+// responsePath checks that the HTTP connection manager m sends capsnap
+// the answer to every request its ext_authz filter let capsnap decide.
+// What leaves a listing unbound on every request is an error; what
+// leaves one unaccounted for, or that it cannot evaluate, a warning.
+func responsePath(m httpManager, f filters) []Finding {
+	if f.proc < 0 {
+		return []Finding{{Error: true, Path: string(f.at), Message: fmt.Sprintf("the ext_authz filter sends Checks to %s, but no ext_proc filter sends it responses: add capsnap's (capsnap.ext_proc in envoy/demo.yaml) after ext_authz", serviceOf(f.authzCfg))}}
 	}
-	if authz < 0 {
-		return nil, false
+	var out []Finding
+	add := func(err bool, at path, msg string) {
+		out = append(out, Finding{Error: err, Path: string(at), Message: msg})
 	}
-	service := serviceOf(field(filters[authz], "typed_config"))
-	if proc < 0 {
-		return []string{fmt.Sprintf("the ext_authz filter sends Checks to %s, but no ext_proc filter sends it responses: add capsnap's (capsnap.ext_proc in envoy/demo.yaml) after ext_authz", service)}, true
+	where := fmt.Sprintf("ext_proc filter %q", f.procName)
+	if f.proc < f.authz {
+		add(false, f.at.index(f.proc), where+" comes before the ext_authz filter: put it after, where the listing ticket is set")
 	}
-	where := fmt.Sprintf("ext_proc filter %q", procName)
-	if proc < authz {
-		warn = append(warn, where+" comes before the ext_authz filter: put it after, where the listing ticket is set")
-	}
-	ns := stringsOf(field(procCfg, "metadata_options", "forwarding_namespaces", "untyped"))
+	ns := stringsOf(field(f.procCfg, "metadata_options", "forwarding_namespaces", "untyped"))
 	if !slices.Contains(ns, extAuthzName) {
-		warn = append(warn, where+" does not forward the listing ticket: set metadata_options.forwarding_namespaces.untyped to ["+extAuthzName+"]")
+		add(true, f.procAt.keys("metadata_options", "forwarding_namespaces", "untyped"), where+" does not forward the listing ticket: set metadata_options.forwarding_namespaces.untyped to ["+extAuthzName+"]")
 	}
-	if !opensWithTicket(field(procCfg, "grpc_service", "initial_metadata")) {
-		warn = append(warn, where+" does not open its streams with the listing ticket: add to its grpc_service initial_metadata "+
+	if !opensWithTicket(field(f.procCfg, "grpc_service", "initial_metadata")) {
+		add(false, f.procAt.keys("grpc_service", "initial_metadata"), where+" does not open its streams with the listing ticket: add to its grpc_service initial_metadata "+
 			`{key: x-capsnap-listing, value: "%DYNAMIC_METADATA(`+extAuthzName+`:listing)%"}, or a listing the server resets at once is counted as one whose response path is missing`)
 	}
-	mode := field(procCfg, "processing_mode")
+	mode := field(f.procCfg, "processing_mode")
+	modeAt := f.procAt.key("processing_mode")
 	if h, _ := field(mode, "response_header_mode").(string); h == "SKIP" {
-		warn = append(warn, where+": processing_mode.response_header_mode SKIP sends capsnap no response: want SEND")
+		add(true, modeAt.key("response_header_mode"), where+": processing_mode.response_header_mode SKIP sends capsnap no response: want SEND")
 	}
 	if b, _ := field(mode, "response_body_mode").(string); b != "FULL_DUPLEX_STREAMED" && b != "BUFFERED" {
 		if b == "" {
 			b = "NONE (the default)"
 		}
-		warn = append(warn, fmt.Sprintf("%s: processing_mode.response_body_mode %s sends capsnap no list: want FULL_DUPLEX_STREAMED (or BUFFERED)", where, b))
+		add(true, modeAt.key("response_body_mode"), fmt.Sprintf("%s: processing_mode.response_body_mode %s sends capsnap no list: want FULL_DUPLEX_STREAMED (or BUFFERED)", where, b))
 	}
-	if matcher != nil {
-		switch skipped, onlyListings, err := skipsListing(matcher); {
+	if f.matcher != nil {
+		at := f.matcherAt.key("xds_matcher")
+		if field(f.matcher, "xds_matcher") == nil && field(f.matcher, "matcher") != nil {
+			at = f.matcherAt.key("matcher")
+		}
+		switch skipped, onlyListings, err := skipsListing(f.matcher); {
 		case err != nil:
-			warn = append(warn, fmt.Sprintf("%s: cannot tell whether its matcher skips a listing (%v): skip only requests whose %s metadata has no decision key, as envoy/demo.yaml does", where, err, extAuthzName))
+			add(false, at, fmt.Sprintf("%s: cannot tell whether its matcher skips a listing (%v): skip only requests whose %s metadata has no decision key, as envoy/demo.yaml does", where, err, extAuthzName))
 		case skipped:
-			warn = append(warn, fmt.Sprintf("%s: its matcher skips the filter for a request whose %s metadata has a listing ticket, which is every listing capsnap allows", where, extAuthzName))
+			add(true, at, fmt.Sprintf("%s: its matcher skips the filter for a request whose %s metadata has a listing ticket, which is every listing capsnap allows", where, extAuthzName))
 		case onlyListings:
-			warn = append(warn, fmt.Sprintf("%s: its matcher skips every answer but a listing's own, so a listing on another stream (the GET stream, another request's) reaches the agent unscreened: skip only requests whose %s metadata has no decision key, as envoy/demo.yaml does", where, extAuthzName))
+			add(false, at, fmt.Sprintf("%s: its matcher skips every answer but a listing's own, so a listing on another stream (the GET stream, another request's) reaches the agent unscreened: skip only requests whose %s metadata has no decision key, as envoy/demo.yaml does", where, extAuthzName))
 		}
 	}
-	warn = append(warn, checkRoutes(hcm, authzName, procName, procDisabled)...)
-	return warn, true
+	return append(out, responsePathRoutes(m, f)...)
 }
 
-// checkRoutes finds the routes that run ext_authz but not ext_proc.
-func checkRoutes(hcm any, authzName, procName string, procDisabled bool) []string {
-	rc := field(hcm, "route_config")
+// responsePathRoutes finds the routes that run ext_authz but not ext_proc.
+func responsePathRoutes(m httpManager, f filters) []Finding {
+	routes, rds := routesOf(m)
+	if rds {
+		return []Finding{{Path: string(m.at.key("rds")), Message: "routes come from RDS: check that no route disables the ext_proc filter " + fmt.Sprintf("%q", f.procName) + " in its typed_per_filter_config"}}
+	}
+	var out []Finding
+	for _, r := range routes {
+		if c, _ := r.config(f.authzName); disables(c) {
+			continue // no Check, so no ticket
+		}
+		if field(r.r, "route") == nil {
+			continue // a redirect or a direct response: no server answers
+		}
+		name := r.name
+		if server, _ := serverID(r, f.authzName); server != nil {
+			name += fmt.Sprintf(" (server_id %v)", server)
+		}
+		switch pc, at := r.config(f.procName); {
+		case disables(pc):
+			out = append(out, Finding{Error: true, Path: string(at), Message: fmt.Sprintf("%s disables the ext_proc filter %q in its typed_per_filter_config: its listings never come back to capsnap", name, f.procName)})
+		case f.procDisabled && pc == nil:
+			out = append(out, Finding{Error: true, Path: string(at), Message: fmt.Sprintf("%s: the ext_proc filter %q is disabled in http_filters and this route does not enable it", name, f.procName)})
+		}
+	}
+	return out
+}
+
+// route is a route of an HTTP connection manager's inline route_config.
+type route struct {
+	r  any
+	at path
+	// name is the route as a finding names it.
+	name string
+	// per are the typed_per_filter_config of the route, its virtual host
+	// and the route configuration, most specific first, and where each
+	// sits.
+	per   [3]any
+	perAt [3]path
+}
+
+// config is the most specific per-route configuration of the filter
+// named filter, and where it sits; nil, and where the route's own would
+// sit, if there is none.
+func (r route) config(filter string) (any, path) {
+	for i, p := range r.per {
+		if c := field(p, filter); c != nil {
+			return c, r.perAt[i].key(filter)
+		}
+	}
+	return nil, r.perAt[0].key(filter)
+}
+
+// routesOf lists m's routes; rds says they come from RDS instead, and so
+// cannot be read here.
+func routesOf(m httpManager) (routes []route, rds bool) {
+	rc := field(m.hcm, "route_config")
 	if rc == nil {
-		if field(hcm, "rds") != nil {
-			return []string{"routes come from RDS: check that no route disables the ext_proc filter " + fmt.Sprintf("%q", procName) + " in its typed_per_filter_config"}
-		}
-		return nil
+		return nil, field(m.hcm, "rds") != nil
 	}
-	var warn []string
-	for _, vh := range list(field(rc, "virtual_hosts")) {
+	rcAt := m.at.key("route_config")
+	for v, vh := range list(field(rc, "virtual_hosts")) {
 		vname, _ := field(vh, "name").(string)
-		vhCfg := field(vh, "typed_per_filter_config")
-		for _, r := range list(field(vh, "routes")) {
-			rCfg := field(r, "typed_per_filter_config")
-			per := func(name string) any {
-				if c := field(rCfg, name); c != nil {
-					return c
-				}
-				return field(vhCfg, name)
-			}
-			if disables(per(authzName)) {
-				continue // no Check, so no ticket
-			}
-			if field(r, "route") == nil {
-				continue // a redirect or a direct response: no server answers
-			}
-			server, _ := field(per(authzName), "check_settings", "context_extensions", "server_id").(string)
-			name := fmt.Sprintf("route %s of virtual host %q", describeMatch(field(r, "match")), vname)
-			if server != "" {
-				name += fmt.Sprintf(" (server_id %s)", server)
-			}
-			pc := per(procName)
-			switch {
-			case disables(pc):
-				warn = append(warn, fmt.Sprintf("%s disables the ext_proc filter %q in its typed_per_filter_config: its listings never come back to capsnap", name, procName))
-			case procDisabled && pc == nil:
-				warn = append(warn, fmt.Sprintf("%s: the ext_proc filter %q is disabled in http_filters and this route does not enable it", name, procName))
-			}
+		vhAt := rcAt.key("virtual_hosts").index(v)
+		for i, r := range list(field(vh, "routes")) {
+			at := vhAt.key("routes").index(i)
+			routes = append(routes, route{
+				r: r, at: at,
+				name:  fmt.Sprintf("route %s of virtual host %q", describeMatch(field(r, "match")), vname),
+				per:   [3]any{field(r, "typed_per_filter_config"), field(vh, "typed_per_filter_config"), field(rc, "typed_per_filter_config")},
+				perAt: [3]path{at.key("typed_per_filter_config"), vhAt.key("typed_per_filter_config"), rcAt.key("typed_per_filter_config")},
+			})
 		}
 	}
-	return warn
+	return routes, false
+}
+
+// serverID is the server_id the Checks of route r carry, and where it is
+// set: context_extensions merge from the route configuration down to the
+// route, the most specific winning. nil, and where the route's own would
+// be, if none.
+func serverID(r route, authzName string) (any, path) {
+	var own path
+	for i, per := range r.per {
+		cfg, at := perRoute(field(per, authzName), r.perAt[i].key(authzName))
+		at = at.keys("check_settings", "context_extensions", "server_id")
+		if i == 0 {
+			own = at
+		}
+		if id := field(cfg, "check_settings", "context_extensions", "server_id"); id != nil {
+			return id, at
+		}
+	}
+	return nil, own
+}
+
+// perRoute is the filter's own per-route configuration in cfg (at at): a
+// FilterConfig's config, if it is one.
+func perRoute(cfg any, at path) (any, path) {
+	if typeOf(cfg) == filterConfig {
+		return field(cfg, "config"), at.key("config")
+	}
+	return cfg, at
 }
 
 // disables reports whether a typed_per_filter_config entry turns its
@@ -287,8 +306,8 @@ func typeOf(cfg any) string {
 }
 
 // field walks maps by key, nil at the first step that is not there.
-func field(v any, path ...string) any {
-	for _, k := range path {
+func field(v any, keys ...string) any {
+	for _, k := range keys {
 		m, ok := v.(map[string]any)
 		if !ok {
 			return nil
