@@ -5,7 +5,55 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capsnap/capsnap/config"
 )
+
+// Expect is what capsnap's configuration asks of the Envoy in front of it
+// (ExpectOf).
+type Expect struct {
+	// Servers are the server ids capsnap guards (servers[].id): the ones
+	// a route may name in context_extensions.server_id.
+	Servers []string
+	// GRPCAddr is where capsnap serves ext_authz and ext_proc
+	// (grpc_addr); empty skips the check of the clusters that call it.
+	GRPCAddr string
+	// GRPCTLS says grpc_addr takes only TLS clients with a certificate
+	// (grpc_tls).
+	GRPCTLS bool
+	// MaxBodyBytes is the largest body capsnap reads
+	// (limits.max_body_bytes), which ext_authz's max_request_bytes must
+	// equal; zero skips that check.
+	MaxBodyBytes int
+	// Principal is principal.source: "mtls" (the listener's verified
+	// client certificate), "jwt" (a payload jwt_authn wrote) or "header".
+	Principal string
+	// JWTNamespace and JWTPayloadKey, with Principal "jwt", are where
+	// capsnap reads the verified payload (principal.jwt.metadata_namespace
+	// and payload_key).
+	JWTNamespace, JWTPayloadKey string
+	// ResponsePath says capsnap binds the lists agents are delivered
+	// (discovery.bind delivered), so every answer must come back to it
+	// through ext_proc.
+	ResponsePath bool
+}
+
+// ExpectOf is what cfg asks of the Envoy in front of capsnap.
+func ExpectOf(cfg config.Config) Expect {
+	e := Expect{
+		GRPCAddr:      cfg.GRPCAddr,
+		GRPCTLS:       cfg.GRPCTLS.Enabled(),
+		MaxBodyBytes:  cfg.Limits.MaxBodyBytes,
+		Principal:     cfg.Principal.Source,
+		JWTNamespace:  cfg.Principal.JWT.MetadataNamespace,
+		JWTPayloadKey: cfg.Principal.JWT.PayloadKey,
+		ResponsePath:  cfg.Discovery.Bind == config.BindDelivered,
+	}
+	for _, s := range cfg.Servers {
+		e.Servers = append(e.Servers, s.ID)
+	}
+	return e
+}
 
 // A Finding is one place where a bootstrap and capsnap's configuration
 // disagree.
@@ -26,6 +74,33 @@ type Finding struct {
 }
 
 func (f Finding) String() string { return f.Path + ": " + f.Message }
+
+// Check holds an Envoy bootstrap (YAML or JSON) to capsnap's
+// configuration, and says where they disagree: each HTTP connection
+// manager of its static listeners that runs the ext_authz filter, its
+// routes, the listener's TLS where the principal is the client
+// certificate's, and the clusters that carry capsnap's gRPC; and with
+// ResponsePath, the response path (CheckResponsePath). Listeners, routes
+// and clusters from xDS are not read: it says so where it meets them.
+func Check(bootstrap []byte, want Expect) ([]Finding, error) {
+	doc, err := parse(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	c := &checker{doc: doc, want: want, reached: map[string]bool{}}
+	guarded := eachGuarded(doc, func(m httpManager, f filters) {
+		c.extAuthz(f)
+		c.principal(m, f)
+		c.routes(m, f)
+		if want.ResponsePath {
+			c.findings = append(c.findings, responsePath(m, f)...)
+		}
+	})
+	if !guarded {
+		c.findings = append(c.findings, noAuthz)
+	}
+	return c.findings, nil
+}
 
 // noAuthz is the finding of a bootstrap none of whose static HTTP
 // connection managers calls capsnap.

@@ -31,7 +31,8 @@ const (
 // skipped for a listing; or a route that disables it. capsnap then never
 // sees the response: the agent is delivered the server's list unfiltered
 // and every call it makes is denied no_snapshot. It knows the shapes
-// envoy/demo.yaml is written in, and says so where it cannot tell.
+// envoy/demo.yaml is written in, and says so where it cannot tell. Check
+// finds the same, and where each is.
 func CheckResponsePath(bootstrap []byte) ([]string, error) {
 	doc, err := parse(bootstrap)
 	if err != nil {
