@@ -80,7 +80,10 @@ func (f Finding) String() string { return f.Path + ": " + f.Message }
 // manager of its static listeners that runs the ext_authz filter, its
 // routes, the listener's TLS where the principal is the client
 // certificate's, and the clusters that carry capsnap's gRPC; and with
-// ResponsePath, the response path (CheckResponsePath). Listeners, routes
+// ResponsePath, the response path: an ext_proc filter after ext_authz,
+// reaching the same service, forwarding the listing ticket and opening its
+// streams with it, sending the response's headers and whole body, skipped
+// for no listing and disabled on no route. Listeners, routes
 // and clusters from xDS are not read: it says so where it meets them.
 func Check(bootstrap []byte, want Expect) ([]Finding, error) {
 	doc, err := parse(bootstrap)

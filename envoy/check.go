@@ -22,34 +22,6 @@ const (
 	filterConfig  = typePrefix + "envoy.config.route.v3.FilterConfig"
 )
 
-// CheckResponsePath reads an Envoy bootstrap (YAML or JSON, its
-// static_resources) and says, one warning each, where a tools/list capsnap
-// allows on the response path would not come back to capsnap: an HTTP
-// connection manager whose ext_authz filter has no ext_proc filter after
-// it that reaches the same service, forwards the ext_authz metadata (the
-// listing ticket), sends the response's headers and whole body and is not
-// skipped for a listing; or a route that disables it. capsnap then never
-// sees the response: the agent is delivered the server's list unfiltered
-// and every call it makes is denied no_snapshot. It knows the shapes
-// envoy/demo.yaml is written in, and says so where it cannot tell. Check
-// finds the same, and where each is.
-func CheckResponsePath(bootstrap []byte) ([]string, error) {
-	doc, err := parse(bootstrap)
-	if err != nil {
-		return nil, err
-	}
-	var warn []string
-	guarded := eachGuarded(doc, func(m httpManager, f filters) {
-		for _, x := range responsePath(m, f) {
-			warn = append(warn, fmt.Sprintf("listener %q: %s", m.listener, x.Message))
-		}
-	})
-	if !guarded {
-		warn = append(warn, noAuthz.Message)
-	}
-	return warn, nil
-}
-
 // responsePath checks that the HTTP connection manager m sends capsnap
 // the answer to every request its ext_authz filter let capsnap decide.
 // What leaves a listing unbound on every request is an error; what

@@ -181,14 +181,21 @@ func newCheckCmd() *cobra.Command {
 		Use:                   "check --config FILE [--envoy FILE] [--connect [--timeout 30s]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Validate the configuration, policy and catalog files, then exit",
-		Long: `Validate the configuration, the policy and any catalog files without serving:
-exit 0 when they are valid, 1 when not. The policy is held to the tools of
-the catalog files: a constraint or budget that reads an argument a tool's
-inputSchema does not declare is an error. With --connect every server is
-listed live, as serve would list it, and held to the same; a live tool the
-policy does not classify is an error too. With --envoy and discovery.bind
-delivered, warn (still exit 0) where that Envoy bootstrap would not send
-tools/list responses back to capsnap (the response path).`,
+		Long: `Validate the configuration, the policy and any catalog files without serving,
+with serve's own loader: check refuses exactly what serve refuses to start
+on (exit 1), and exits 0 when all is valid. The policy is held to the
+configuration (a rule on a server id it does not configure is an error) and
+to the tools of the catalog files: a constraint or budget that reads an
+argument a tool's inputSchema does not declare, or a classified tool the
+server does not list, is an error. With --connect every server is listed
+live, as serve would list it, and held to the same (a live tool the policy
+does not classify is an error too); the Redis store is reached and a JWKS
+URL fetched. With --envoy, the Envoy bootstrap is held to the
+configuration: each route's server id, the principal Envoy passes, the
+cluster that reaches capsnap, the body limit, failing closed, no MCP route
+unchecked, and the response path. Each finding names the field: an error
+(the setup cannot work) exits 1, a warning (what xDS or a Service may make
+right) does not.`,
 		Example: "  capsnap check --config capsnap.yaml\n  capsnap check --config capsnap.yaml --connect\n  capsnap check --config capsnap.yaml --envoy envoy.yaml",
 		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -202,7 +209,7 @@ tools/list responses back to capsnap (the response path).`,
 		},
 	}
 	c.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
-	c.Flags().StringVar(&envoyPath, "envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to check its response path")
+	c.Flags().StringVar(&envoyPath, "envoy", "", "an Envoy bootstrap (YAML) in front of this capsnap, to hold to this configuration")
 	c.Flags().BoolVar(&connect, "connect", false, "list every server live and hold the policy to its tools")
 	c.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "with --connect, how long every server has to list its tools")
 	return c

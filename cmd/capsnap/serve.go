@@ -128,30 +128,37 @@ func checkTools(cfg config.Config, p *policy.Policy, connect bool, timeout time.
 	return problems, fmt.Sprintf(", %s %s", countOf(tools, "tool"), how), nil
 }
 
-// checkEnvoy checks that the Envoy bootstrap at path, if any, sends the
-// response of every tools/list capsnap allows back to capsnap, when the
-// configuration binds snapshots to what is delivered. Each way it does
-// not is a warning, on stderr: Envoy's configuration may well be built
-// elsewhere (xDS, Istio) and only its shape is known here.
+// checkEnvoy holds the Envoy bootstrap at path, if any, to cfg
+// (envoy.Check): the routes' server ids, the principal Envoy passes, the
+// cluster that reaches capsnap, the body it sends, failing closed and,
+// with discovery.bind delivered, the response path. Each finding names its
+// field in the bootstrap; an error (the setup cannot work) fails check, a
+// warning (what Envoy's configuration may make right where this cannot
+// see, such as xDS) does not.
 func checkEnvoy(cfg config.Config, path string, stderr io.Writer) (string, error) {
 	if path == "" {
 		return "", nil
-	}
-	if cfg.Discovery.Bind != config.BindDelivered {
-		return fmt.Sprintf(", %s not checked: discovery.bind %s has no response path", path, cfg.Discovery.Bind), nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("--envoy: %w", err)
 	}
-	warn, err := envoy.CheckResponsePath(data)
+	findings, err := envoy.Check(data, envoy.ExpectOf(cfg))
 	if err != nil {
 		return "", fmt.Errorf("--envoy %s: %w", path, err)
 	}
-	for _, w := range warn {
-		fmt.Fprintf(stderr, "warning: %s: %s; capsnap never sees those tools/list responses, so agents get the server's list unfiltered and every tools/call is denied no_snapshot\n", path, w)
+	errs := 0
+	for _, f := range findings {
+		level := "warning"
+		if f.Error {
+			level, errs = "error", errs+1
+		}
+		fmt.Fprintf(stderr, "%s: %s: %s\n", level, path, f)
 	}
-	return fmt.Sprintf(", %s: %d response path warnings", path, len(warn)), nil
+	if errs > 0 {
+		return "", fmt.Errorf("check: %s: %s", path, countOf(errs, "error"))
+	}
+	return fmt.Sprintf(", %s: %s", path, countOf(len(findings), "warning")), nil
 }
 
 // streamWorkers is how many long-lived goroutines run the RPCs, each in
