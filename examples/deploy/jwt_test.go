@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envoy"
 	"github.com/capsnap/capsnap/policy"
 	"github.com/capsnap/capsnap/testbed"
 )
@@ -398,6 +399,23 @@ func TestKubernetesJWTGateway(t *testing.T) {
 	}
 	if !generated {
 		t.Errorf("%s is mounted from ConfigMap %q, which no configMapGenerator of kustomization.yaml makes from %s: a new key would not roll the gateway", jwksFile, jwksCM, path.Base(jwksFile))
+	}
+	// capsnap check --envoy's verdict on the gateway, held to the
+	// capsnap it fronts, its principal taken from the token as the
+	// README's step 1 has it: no error. Its warnings are what a cluster
+	// maps (a Service's DNS name and port), logged.
+	fronted := k.cfg
+	fronted.Principal.Source, fronted.Principal.JWT.PayloadKey, fronted.Principal.JWT.Claim = config.SourceJWT, "jwt_payload", "sub"
+	findings, err := envoy.Check([]byte(raw), envoy.ExpectOf(fronted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range findings {
+		if f.Error {
+			t.Errorf("capsnap check --envoy refuses the gateway: %s", f)
+		} else {
+			t.Logf("capsnap check --envoy warns: %s", f)
+		}
 	}
 	// The TLS files, from a Secret.
 	for _, f := range regexp.MustCompile(`filename: (/etc/envoy/tls/[^}\s]+)`).FindAllStringSubmatch(raw, -1) {
