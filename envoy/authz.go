@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/internal/spelling"
 )
 
@@ -218,9 +217,9 @@ func reaches(host string, port int, lhost string, lport int) (ok, sure bool) {
 // principal.source reads it.
 func (c *checker) principal(m httpManager, f filters) {
 	switch c.want.Principal {
-	case config.SourceMTLS:
+	case PrincipalFromPeer:
 		c.peerCertificate(m)
-	case config.SourceJWT:
+	case PrincipalFromJWT:
 		c.jwt(f)
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/capsnap/capsnap/config"
 )
 
 // Expect is what capsnap's configuration asks of the Envoy in front of it
-// (ExpectOf).
+// (config.Config.Envoy fills it).
 type Expect struct {
 	// Servers are the server ids capsnap guards (servers[].id): the ones
 	// a route may name in context_extensions.server_id.
@@ -25,9 +23,9 @@ type Expect struct {
 	// (limits.max_body_bytes), which ext_authz's max_request_bytes must
 	// equal; zero skips that check.
 	MaxBodyBytes int
-	// Principal is principal.source: "mtls" (the listener's verified
-	// client certificate), "jwt" (a payload jwt_authn wrote) or "header".
-	Principal string
+	// Principal is where capsnap reads the caller's identity
+	// (principal.source).
+	Principal PrincipalFrom
 	// JWTNamespace and JWTPayloadKey, with Principal "jwt", are where
 	// capsnap reads the verified payload (principal.jwt.metadata_namespace
 	// and payload_key).
@@ -38,22 +36,17 @@ type Expect struct {
 	ResponsePath bool
 }
 
-// ExpectOf is what cfg asks of the Envoy in front of capsnap.
-func ExpectOf(cfg config.Config) Expect {
-	e := Expect{
-		GRPCAddr:      cfg.GRPCAddr,
-		GRPCTLS:       cfg.GRPCTLS.Enabled(),
-		MaxBodyBytes:  cfg.Limits.MaxBodyBytes,
-		Principal:     cfg.Principal.Source,
-		JWTNamespace:  cfg.Principal.JWT.MetadataNamespace,
-		JWTPayloadKey: cfg.Principal.JWT.PayloadKey,
-		ResponsePath:  cfg.Discovery.Bind == config.BindDelivered,
-	}
-	for _, s := range cfg.Servers {
-		e.Servers = append(e.Servers, s.ID)
-	}
-	return e
-}
+// PrincipalFrom is where Envoy hands capsnap the caller's identity.
+type PrincipalFrom int
+
+const (
+	// PrincipalElsewhere checks nothing of it (a development header).
+	PrincipalElsewhere PrincipalFrom = iota
+	// PrincipalFromPeer is the listener's verified client certificate.
+	PrincipalFromPeer
+	// PrincipalFromJWT is a payload jwt_authn wrote into metadata.
+	PrincipalFromJWT
+)
 
 // A Finding is one place where a bootstrap and capsnap's configuration
 // disagree.

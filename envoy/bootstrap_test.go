@@ -1,4 +1,4 @@
-package envoy
+package envoy_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envoy"
 )
 
 // checkCase is a file of testdata/check: a bootstrap of this directory,
@@ -28,7 +29,7 @@ type checkCase struct {
 		Set    any    `yaml:"set"`
 		Delete bool   `yaml:"delete"`
 	} `yaml:"edits"`
-	Want []Finding `yaml:"want"`
+	Want []envoy.Finding `yaml:"want"`
 }
 
 func readCase(t *testing.T, file string) checkCase {
@@ -91,7 +92,7 @@ func TestCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := Check(bootstrapOf(t, tc), ExpectOf(cfg))
+			got, err := envoy.Check(bootstrapOf(t, tc), cfg.Envoy())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,27 +120,8 @@ func TestCheckCoversShippedConfigs(t *testing.T) {
 }
 
 func TestCheckRefusesWhatIsNotYAML(t *testing.T) {
-	if _, err := Check([]byte("static_resources: ["), Expect{}); err == nil {
+	if _, err := envoy.Check([]byte("static_resources: ["), envoy.Expect{}); err == nil {
 		t.Fatal("no error")
-	}
-}
-
-func TestPathKeys(t *testing.T) {
-	for _, tt := range []struct {
-		p    path
-		want string
-	}{
-		{path("").key("static_resources").key("listeners").index(0), "static_resources.listeners[0]"},
-		{path("a").key("envoy.filters.http.ext_authz").key("disabled"), `a["envoy.filters.http.ext_authz"].disabled`},
-		{path("a").key(`say "hi"`), `a["say \"hi\""]`},
-		{path("a").key(""), `a[""]`},
-	} {
-		if string(tt.p) != tt.want {
-			t.Errorf("%s, want %s", tt.p, tt.want)
-		}
-		if s, err := steps(tt.want); err != nil || len(s) == 0 {
-			t.Errorf("steps(%s): %v, %v", tt.want, s, err)
-		}
 	}
 }
 
@@ -147,10 +129,10 @@ func TestPathKeys(t *testing.T) {
 // bootstrap. It must not panic, and every finding must say where and
 // what.
 func FuzzCheck(f *testing.F) {
-	for _, b := range [][]byte{Demo, JWT, MTLS} {
+	for _, b := range [][]byte{envoy.Demo, envoy.JWT, envoy.MTLS} {
 		f.Add(b)
 	}
-	var wants []Expect
+	var wants []envoy.Expect
 	for _, name := range []string{"capsnap-demo.yaml", "capsnap-mtls.yaml", filepath.Join("..", "examples", "jwt", "capsnap.yaml")} {
 		if !strings.Contains(name, "/") {
 			name = filepath.Join("testdata", name)
@@ -159,11 +141,11 @@ func FuzzCheck(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		wants = append(wants, ExpectOf(cfg))
+		wants = append(wants, cfg.Envoy())
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, w := range wants {
-			got, err := Check(b, w)
+			got, err := envoy.Check(b, w)
 			if err != nil {
 				return
 			}

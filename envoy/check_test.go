@@ -1,10 +1,11 @@
-package envoy
+package envoy_test
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/capsnap/capsnap/config"
+	"github.com/capsnap/capsnap/envoy"
 )
 
 // responsePathFindings are what Check finds in a variant of demo.yaml,
@@ -16,7 +17,7 @@ func responsePathFindings(t *testing.T, bootstrap []byte) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found, err := Check(bootstrap, ExpectOf(cfg))
+	found, err := envoy.Check(bootstrap, cfg.Envoy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func responsePathFindings(t *testing.T, bootstrap []byte) []string {
 // edit replaces old, which must be in demo.yaml once, with new.
 func edit(t *testing.T, old, new string) []byte {
 	t.Helper()
-	cfg := string(Demo)
+	cfg := string(envoy.Demo)
 	if strings.Count(cfg, old) != 1 {
 		t.Fatalf("demo.yaml has %d of %q", strings.Count(cfg, old), old)
 	}
@@ -40,7 +41,7 @@ func edit(t *testing.T, old, new string) []byte {
 // withoutExtProc is demo.yaml without its ext_proc filter.
 func withoutExtProc(t *testing.T) []byte {
 	t.Helper()
-	cfg := string(Demo)
+	cfg := string(envoy.Demo)
 	from := strings.Index(cfg, "          - name: capsnap.ext_proc\n")
 	to := strings.Index(cfg, "          - name: envoy.filters.http.router\n")
 	if from < 0 || to < from {

@@ -143,7 +143,7 @@ func checkEnvoy(cfg config.Config, path string, stderr io.Writer) (string, error
 	if err != nil {
 		return "", fmt.Errorf("--envoy: %w", err)
 	}
-	findings, err := envoy.Check(data, envoy.ExpectOf(cfg))
+	findings, err := envoy.Check(data, cfg.Envoy())
 	if err != nil {
 		return "", fmt.Errorf("--envoy %s: %w", path, err)
 	}

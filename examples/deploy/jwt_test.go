@@ -406,7 +406,7 @@ func TestKubernetesJWTGateway(t *testing.T) {
 	// maps (a Service's DNS name and port), logged.
 	fronted := k.cfg
 	fronted.Principal.Source, fronted.Principal.JWT.PayloadKey, fronted.Principal.JWT.Claim = config.SourceJWT, "jwt_payload", "sub"
-	findings, err := envoy.Check([]byte(raw), envoy.ExpectOf(fronted))
+	findings, err := envoy.Check([]byte(raw), fronted.Envoy())
 	if err != nil {
 		t.Fatal(err)
 	}
