@@ -1,6 +1,7 @@
 package policytest
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/deny"
+	"github.com/capsnap/capsnap/policy"
 )
 
 // Every file of testdata/invalid is refused with the finding its first
@@ -69,5 +72,55 @@ func TestLoad(t *testing.T) {
 	if c := list.Cases[0]; list.Policy != "" || c.Want != (Outcome{Decision: Held}) ||
 		string(c.Arguments) != `{"big":12345678901234567890,"l":[1,"two"],"n":1.50,"ok":true,"when":"2026-01-01","x":null}` {
 		t.Errorf("a list of cases: %+v, arguments %s", list, c.Arguments)
+	}
+}
+
+// The test file docs/POLICY.md shows under "Testing a policy" loads, and
+// passes, against the policy it was written for (the demo's, as make demo
+// ends with it) and billing's tools.
+func TestPolicyDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/POLICY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = "# policy_test.yaml: capsnap policy test policy_test.yaml\n"
+	_, example, ok := strings.Cut(string(doc), start)
+	if !ok {
+		t.Fatalf("docs/POLICY.md has no example starting %q", start)
+	}
+	example, _, _ = strings.Cut(example, "```")
+	dir := t.TempDir()
+	for name, from := range map[string]string{"policy.yaml": "testdata/docs-policy.yaml", "billing-tools.json": "../cmd/capsnap/testdata/tools.json"} {
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "policy_test.yaml")
+	if err := os.WriteFile(path, []byte(start+example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(f.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string][]json.RawMessage{}
+	for server, file := range f.Catalogs {
+		if tools[server], err = (&catalog.FileSource{Path: file}).Load(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &Runner{Policy: p, Tools: tools}
+	for _, c := range f.Cases {
+		if res := r.Run(c); !res.Passed() {
+			t.Errorf("%s: want %s, got %s (%v); disagreement %q, error %v", c.Name, c.Want, res.Got, res.Denial, res.Disagreement, res.Err)
+		}
 	}
 }
