@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capsnap/capsnap/internal/yamlkeys"
 )
 
 // Reading a file: strict decoding over the defaults, then Validate.
@@ -36,7 +39,7 @@ func Parse(data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("decode: %w", explainDecode(err))
+		return Config{}, fmt.Errorf("decode: %w", yamlkeys.Explain(err, reflect.TypeFor[Config]()))
 	}
 	if err := dec.Decode(new(any)); !errors.Is(err, io.EOF) {
 		return Config{}, errors.New("decode: more than one YAML document")

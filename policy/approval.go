@@ -148,12 +148,16 @@ func (r approvalRules) Explain(call Call) Explanation {
 		return Explanation{Lines: []string{"no approval rule"}}
 	}
 	line := fmt.Sprintf("approval (%s): ", a.describe())
-	waits := Explanation{Lines: []string{line + "this call waits for a person's approval of its exact arguments"}, Unless: "a person approves it"}
+	// A principal that opened too many requests is refused a new one:
+	// rate_limited, as the approval service bounds them.
+	held := []deny.Reason{deny.ApprovalRequired, deny.ApprovalDenied, deny.RateLimited}
+	waits := Explanation{Lines: []string{line + "this call waits for a person's approval of its exact arguments"}, Unless: "a person approves it", Otherwise: held}
 	switch {
 	case a.when == nil:
 		return waits
 	case call.Args == nil:
-		return Explanation{Lines: []string{line + "not evaluated, no arguments given"}, Unless: "a person approves it when " + a.When}
+		return Explanation{Lines: []string{line + "not evaluated, no arguments given"}, Unless: "a person approves it when " + a.When,
+			Otherwise: append([]deny.Reason{deny.ConstraintViolation}, held...)}
 	}
 	v, err := a.when.eval(call.Input)
 	switch {

@@ -148,8 +148,10 @@ func (bs budgets) Explain(call Call) Explanation {
 		return e
 	case call.Args == nil:
 		e.Decides = "budgets"
+		e.Otherwise = []deny.Reason{deny.ConstraintViolation}
 	}
 	e.Unless = "its budgets have room"
+	e.Otherwise = append(e.Otherwise, deny.BudgetExhausted)
 	for _, b := range bs {
 		line := fmt.Sprintf("budget %q (%s): the sum of %s, at most %s: ", b.Name, b.c.field, b.Amount, b.c.describe())
 		if call.Args == nil {
@@ -199,6 +201,19 @@ func compileBudget(field string, b Budget, scope ...string) (*Budget, error) {
 }
 
 func (b *Budget) counts() *counter { return &b.c }
+
+// Names implements Counted.
+func (b *Budget) Names() (name, field string) { return b.Name, b.c.field }
+
+// Taken implements Counted: amount in the budget's units, exact to three
+// decimal places as a call's is.
+func (b *Budget) Taken(call Call, amount float64) (Charge, bool) {
+	n, ok := toUnits(amount)
+	if !ok {
+		return Charge{}, false
+	}
+	return b.c.taken(call, n)
+}
 
 // Check implements Term: Reserve, the reservation dropped.
 func (b *Budget) Check(call Call) error {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -316,5 +317,56 @@ func TestRecordGivesBackWhatADeniedCallTook(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What Taken charges is what the same rule's Reserve takes from, for the
+// same principal and tool: a test that fills a counter with it fills the
+// one the call is decided on. An amount no counter holds is refused.
+func TestTaken(t *testing.T) {
+	p := mustLoad(t, "testdata/limits.yaml")
+	d := decide(t, p, support, "billing", "refund")
+	call := Call{Input: Input{Args: jsonArgs(t, `{"amount": 200}`), Principal: support, Server: "billing", Tool: "refund"}}
+	tests := []struct {
+		term   Counted
+		amount float64
+		want   int64 // counter units
+		field  string
+	}{
+		{budgetsOf(d)[0], 400, 400_000, "tools[0].budgets[0]"},
+		{budgetsOf(d)[1], 0.0015, 2, "principals[0].grants[0].budgets[0]"},
+		{rateLimitsOf(d)[0], 9, 9_000, "tools[0].rate_limits[0]"},
+		{rateLimitsOf(d)[1], 0, 0, "principals[0].grants[0].rate_limits[0]"},
+	}
+	for _, tt := range tests {
+		name, field := tt.term.Names()
+		t.Run(name, func(t *testing.T) {
+			if field != tt.field {
+				t.Errorf("field %q, want %q", field, tt.field)
+			}
+			ch, ok := tt.term.Taken(call, tt.amount)
+			if !ok || ch.Amount != tt.want {
+				t.Fatalf("Taken(%v) = %+v, %t; want %d units", tt.amount, ch, ok, tt.want)
+			}
+			c := &counters{}
+			call := call
+			call.Counters = c
+			if _, err := tt.term.Reserve(call); err != nil {
+				t.Fatal(err)
+			}
+			r := c.charges[0]
+			if ch.Counter != r.Counter || ch.Window != r.Window || ch.Slot != r.Slot || ch.Limit < r.Limit {
+				t.Errorf("Taken charges %+v, Reserve %+v", ch, r)
+			}
+		})
+	}
+	budget, limit := budgetsOf(d)[0], rateLimitsOf(d)[0]
+	for _, tt := range []struct {
+		term   Counted
+		amount float64
+	}{{budget, -1}, {budget, math.NaN()}, {budget, math.Inf(1)}, {budget, 1e16}, {limit, 1.5}, {limit, -1}, {limit, 1e13}} {
+		if ch, ok := tt.term.Taken(call, tt.amount); ok {
+			t.Errorf("%T Taken(%v) = %+v, want refused", tt.term, tt.amount, ch)
+		}
 	}
 }

@@ -192,6 +192,7 @@ func (cs constraints) Explain(call Call) Explanation {
 		e.Lines = append(e.Lines, "no constraints")
 	} else if call.Args == nil {
 		e.Decides = "constraints"
+		e.Otherwise = []deny.Reason{deny.ConstraintViolation}
 	}
 	for _, c := range cs {
 		line := fmt.Sprintf("constraint %q (%s): %s: ", c.Name, c.field, c.Expr)

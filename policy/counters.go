@@ -118,6 +118,25 @@ type Reserver interface {
 	Reserve(call Call) (Reservation, error)
 }
 
+// Counted is a budget or a rate limit as a test sees it that starts its
+// counter where the test says, as if calls before the one it decides had
+// been allowed (capsnap policy test).
+type Counted interface {
+	Reserver
+	// Names are its name and its field in the file (tools[0].budgets[1]).
+	Names() (name, field string)
+	// Taken is the charge that takes amount, in the rule's own units (a
+	// budget's amount, a rate limit's calls), from call's counter whatever
+	// it holds. ok is false for an amount no counter holds: negative, a
+	// rate limit's calls not a whole number, or more than any limit.
+	Taken(call Call, amount float64) (c Charge, ok bool)
+}
+
+var (
+	_ Counted = (*Budget)(nil)
+	_ Counted = (*RateLimit)(nil)
+)
+
 // Record runs the recording terms of terms on call, in order, once every
 // other term has allowed it (the core calls it where it ran them with
 // Check): it returns what the terms that reserve took, for the audit trail
@@ -327,6 +346,15 @@ func writePart(b *strings.Builder, s string) {
 	b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
 	b.WriteByte(':')
 	b.WriteString(s)
+}
+
+// taken is the charge of amount, in counter units, to the call's counter,
+// under the highest limit there is, so that it always fits.
+func (c *counter) taken(call Call, amount int64) (Charge, bool) {
+	if amount < 0 || amount > maxUnits {
+		return Charge{}, false
+	}
+	return Charge{Counter: c.key(call), Amount: amount, Limit: maxUnits, Window: c.span, Slot: c.slot}, true
 }
 
 // reserve takes amount from the call's counter, or denies the call for

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,32 @@ import (
 // the arguments is listed, not evaluated; no counter or log is read, so
 // whether a limit has room is left to the call.
 func (p *Policy) Explain(principal, server, toolName string, args map[string]any, at time.Time) []string {
+	lines, _ := p.explain(principal, server, toolName, args, at)
+	return lines
+}
+
+// Verdict is how Explain concludes, for a program that holds the decision
+// core to it (capsnap policy test): a call it denies must be denied, for
+// one of the reasons of Denials or Otherwise (what the store holds may
+// deny it first); one it does not deny must be allowed, or denied for one
+// of Otherwise.
+type Verdict struct {
+	// Denials are the rules that deny the call whatever the store holds,
+	// in the order Explain names them; for a tool the principal is not
+	// granted, the one denial that says so.
+	Denials []Denial
+	// Otherwise are the reasons the rules may yet deny it for, each once,
+	// in the kinds' order (Explanation.Otherwise).
+	Otherwise []deny.Reason
+}
+
+// Verdict is Explain's conclusion on the same call.
+func (p *Policy) Verdict(principal, server, toolName string, args map[string]any, at time.Time) Verdict {
+	_, v := p.explain(principal, server, toolName, args, at)
+	return v
+}
+
+func (p *Policy) explain(principal, server, toolName string, args map[string]any, at time.Time) ([]string, Verdict) {
 	k := toolKey{server, toolName}
 	var out []string
 	r := p.match(principal)
@@ -27,29 +54,37 @@ func (p *Policy) Explain(principal, server, toolName string, args map[string]any
 	}
 	t, classified := p.tools[k]
 	if !classified {
-		return append(out, fmt.Sprintf("%s is not classified, so it has no effect class: denied (%s)", k, deny.UnclassifiedTool))
+		v := Verdict{Denials: []Denial{{k.String(), deny.UnclassifiedTool}}}
+		return append(out, fmt.Sprintf("%s is not classified, so it has no effect class: denied (%s)", k, deny.UnclassifiedTool)), v
 	}
 	out = append(out, fmt.Sprintf("%s is %s (%s) and exercises %s", k, t.effect, t.field, tagList(t.capabilities)))
 	if r == nil {
-		return append(out, fmt.Sprintf("denied (%s): no principal rule matches", deny.ToolNotGranted))
+		v := Verdict{Denials: []Denial{{"principals", deny.ToolNotGranted}}}
+		return append(out, fmt.Sprintf("denied (%s): no principal rule matches", deny.ToolNotGranted)), v
 	}
 	o := r.outcomes[k]
 	if !o.granted {
-		where := ""
+		where, rule := "", r.field
 		if o.grant != nil {
-			where = " (" + o.grant.field + ")"
+			where, rule = " ("+o.grant.field+")", o.grant.field
 		}
-		return append(out, fmt.Sprintf("denied (%s): %s%s", deny.ToolNotGranted, o.why, where))
+		v := Verdict{Denials: []Denial{{rule, deny.ToolNotGranted}}}
+		return append(out, fmt.Sprintf("denied (%s): %s%s", deny.ToolNotGranted, o.why, where)), v
 	}
 	out = append(out, "granted by "+o.grant.describe(k.tool))
 
 	call := Call{Input: Input{Args: args, Principal: principal, Server: server, Tool: toolName}, Now: at}
-	var denials []Denial
+	var v Verdict
 	var unless, decides []string
 	for _, a := range o.decision.applied {
 		e := a.Explain(call)
 		out = append(out, e.Lines...)
-		denials = append(denials, e.Denials...)
+		v.Denials = append(v.Denials, e.Denials...)
+		for _, reason := range e.Otherwise {
+			if !slices.Contains(v.Otherwise, reason) {
+				v.Otherwise = append(v.Otherwise, reason)
+			}
+		}
 		if e.Unless != "" {
 			unless = append(unless, e.Unless)
 		}
@@ -59,8 +94,8 @@ func (p *Policy) Explain(principal, server, toolName string, args map[string]any
 	}
 	out = append(out, "decision digest "+o.decision.Digest)
 	switch {
-	case len(denials) > 0:
-		out = append(out, "denied "+denialList(denials))
+	case len(v.Denials) > 0:
+		out = append(out, "denied "+denialList(v.Denials))
 	case len(decides) > 0:
 		out = append(out, "granted; its "+list(decides)+" decide each call")
 	case len(unless) > 0:
@@ -68,7 +103,7 @@ func (p *Policy) Explain(principal, server, toolName string, args map[string]any
 	default:
 		out = append(out, "allowed")
 	}
-	return out
+	return out, v
 }
 
 // denialList says which rules deny, grouped by reason in order:

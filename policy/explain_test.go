@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capsnap/capsnap/deny"
 )
 
 func TestExplain(t *testing.T) {
@@ -147,6 +149,62 @@ func TestExplainApproval(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inOrder(t, p.Explain(support, "billing", "refund", tt.args, time.Time{}), tt.want)
+		})
+	}
+}
+
+// Verdict concludes as Explain's last line does: the rules that deny the
+// call whatever the store holds, and the reasons what Explain could not
+// evaluate may still deny it for.
+func TestVerdict(t *testing.T) {
+	refund := map[string]any{"amount": 40.0, "reason_code": "damaged"}
+	monday := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, file, principal, tool string
+		args                        map[string]any
+		at                          time.Time
+		want                        Verdict
+	}{
+		{"allowed", "seed.yaml", support, "lookup_order", nil, time.Time{}, Verdict{}},
+		{"after", "seed.yaml", support, "refund", refund, time.Time{},
+			Verdict{Otherwise: []deny.Reason{deny.SequenceViolation}}},
+		{"constraints", "seed.yaml", support, "refund", map[string]any{"amount": 251.0}, time.Time{},
+			Verdict{Denials: []Denial{{"usd_cap_250", deny.ConstraintViolation}, {"reason_allowlist", deny.ConstraintViolation}},
+				Otherwise: []deny.Reason{deny.SequenceViolation}}},
+		{"no arguments", "seed.yaml", support, "refund", nil, time.Time{},
+			Verdict{Otherwise: []deny.Reason{deny.ConstraintViolation, deny.SequenceViolation}}},
+		{"not granted", "seed.yaml", "spiffe://acme/agent/support-readonly", "refund", nil, time.Time{},
+			Verdict{Denials: []Denial{{"principals[1]", deny.ToolNotGranted}}}},
+		{"no principal rule", "seed.yaml", "spiffe://acme/agent/other", "refund", nil, time.Time{},
+			Verdict{Denials: []Denial{{"principals", deny.ToolNotGranted}}}},
+		{"unclassified", "seed.yaml", support, "delete_everything", nil, time.Time{},
+			Verdict{Denials: []Denial{{"billing/delete_everything", deny.UnclassifiedTool}}}},
+		{"limits", "limits.yaml", support, "refund", map[string]any{"amount": 200.0}, time.Time{},
+			Verdict{Otherwise: []deny.Reason{deny.RateLimited, deny.BudgetExhausted, deny.SequenceViolation}}},
+		{"over a budget", "limits.yaml", support, "refund", map[string]any{"amount": 600.0}, time.Time{},
+			Verdict{Denials: []Denial{{"usd_cap_250", deny.ConstraintViolation}, {"daily_refunds", deny.ConstraintViolation}},
+				Otherwise: []deny.Reason{deny.RateLimited, deny.BudgetExhausted, deny.SequenceViolation}}},
+		{"held", "approval.yaml", support, "refund", map[string]any{"amount": 150.0}, time.Time{},
+			Verdict{Otherwise: []deny.Reason{deny.ApprovalRequired, deny.ApprovalDenied, deny.RateLimited}}},
+		{"not held", "approval.yaml", support, "refund", map[string]any{"amount": 50.0}, time.Time{}, Verdict{}},
+		{"inside", "schedule.yaml", support, "refund", refund, monday, Verdict{Otherwise: []deny.Reason{deny.RateLimited}}},
+		{"outside", "schedule.yaml", support, "refund", refund, monday.Add(12 * time.Hour),
+			Verdict{Denials: []Denial{{"tools[0].schedule", deny.OutsideSchedule}, {"principals[0].grants[0].schedule", deny.OutsideSchedule}},
+				Otherwise: []deny.Reason{deny.RateLimited}}},
+		{"no time", "schedule.yaml", support, "refund", refund, time.Time{},
+			Verdict{Otherwise: []deny.Reason{deny.OutsideSchedule, deny.RateLimited}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := mustLoad(t, "testdata/"+tt.file)
+			got := p.Verdict(tt.principal, "billing", tt.tool, tt.args, tt.at)
+			if !slices.Equal(got.Denials, tt.want.Denials) || !slices.Equal(got.Otherwise, tt.want.Otherwise) {
+				t.Errorf("Verdict = %+v, want %+v", got, tt.want)
+			}
+			lines := p.Explain(tt.principal, "billing", tt.tool, tt.args, tt.at)
+			if denied := strings.HasPrefix(lines[len(lines)-1], "denied") || strings.Contains(lines[len(lines)-1], ": denied ("); denied != (len(got.Denials) > 0) {
+				t.Errorf("Explain concludes %q, Verdict %+v", lines[len(lines)-1], got)
+			}
 		})
 	}
 }

@@ -83,6 +83,12 @@ type Explanation struct {
 	// "allowed, if ..." continues (e.g. "its budgets have room"); "" if
 	// nothing.
 	Unless string
+	// Otherwise are the reasons the rules may yet deny the call for, on
+	// what Explain could not evaluate: what the store holds, when Unless
+	// is set (budget_exhausted for a budget without room), and the
+	// arguments, when none were given (constraint_violation). Verdict
+	// holds the decision core to them.
+	Otherwise []deny.Reason
 	// Decides names, when the call has no arguments to evaluate, the rules
 	// that decide each call on its arguments (e.g. "constraints"); "" if
 	// none do.

@@ -130,7 +130,7 @@ func (rs rateLimits) Explain(Call) Explanation {
 	if len(rs) == 0 {
 		return Explanation{Lines: []string{"no rate limits"}}
 	}
-	e := Explanation{Unless: "its rate limits have room"}
+	e := Explanation{Unless: "its rate limits have room", Otherwise: []deny.Reason{deny.RateLimited}}
 	for _, r := range rs {
 		e.Lines = append(e.Lines, fmt.Sprintf("rate limit %q (%s): at most %s", r.Name, r.c.field, r.c.describe()))
 	}
@@ -168,6 +168,17 @@ func compileRateLimit(field string, r RateLimit, onGrant bool, scope ...string) 
 }
 
 func (r *RateLimit) counts() *counter { return &r.c }
+
+// Names implements Counted.
+func (r *RateLimit) Names() (name, field string) { return r.Name, r.c.field }
+
+// Taken implements Counted: calls, a whole number of them.
+func (r *RateLimit) Taken(call Call, calls float64) (Charge, bool) {
+	if calls != math.Trunc(calls) || calls < 0 || calls > maxUnits/Units {
+		return Charge{}, false
+	}
+	return r.c.taken(call, int64(calls)*Units)
+}
 
 // Check implements Term: Reserve, the reservation dropped.
 func (r *RateLimit) Check(call Call) error {

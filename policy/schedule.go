@@ -342,6 +342,7 @@ func (ss schedules) Explain(call Call) Explanation {
 		if call.Now.IsZero() {
 			e.Lines = append(e.Lines, line+"not evaluated, no time given")
 			e.Unless = "it is made inside its schedule"
+			e.Otherwise = []deny.Reason{deny.OutsideSchedule}
 			continue
 		}
 		at := call.Now.In(s.loc).Format("Mon 2006-01-02 15:04 MST")

@@ -150,8 +150,9 @@ func (r *sequenceRules) Explain(Call) Explanation {
 		return Explanation{Lines: []string{"no sequence rule"}}
 	}
 	return Explanation{
-		Lines:  []string{fmt.Sprintf("after: only once %s has been called, and allowed, under the same snapshot", strings.Join(r.after, ", "))},
-		Unless: "the sequence rule is met",
+		Lines:     []string{fmt.Sprintf("after: only once %s has been called, and allowed, under the same snapshot", strings.Join(r.after, ", "))},
+		Unless:    "the sequence rule is met",
+		Otherwise: []deny.Reason{deny.SequenceViolation},
 	}
 }
 

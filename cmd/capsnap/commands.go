@@ -19,16 +19,19 @@ import (
 const rootLong = `capsnap authorizes MCP tool calls as an Envoy ext_authz and ext_proc gRPC
 server (capsnap serve), against the tools each MCP server listed and the
 policy; its other commands check a configuration, approve the live tools,
-explain the policy and verify the audit trail.
+explain and test the policy and verify the audit trail.
 
 Exit codes:
   0  ok: the command did its work and the answer is yes
   1  a negative answer, or a failure: check found the configuration invalid,
-     policy explain denied the call, audit verify did not verify the trail,
-     lock --check found the lockfile out of date, or a command could not do
-     its work (a file that cannot be read or does not load, whichever
-     command names it; a server that does not answer)
-  2  usage: an unknown command or flag, a missing or extra argument`
+     policy explain denied the call, policy test found a case failing, audit
+     verify did not verify the trail, lock --check found the lockfile out of
+     date, or a command could not do its work (a file that cannot be read or
+     does not load, whichever command names it; a server that does not
+     answer)
+  2  usage: an unknown command or flag, a missing or extra argument; for
+     policy test also a test file that cannot be read or is invalid (the
+     test is broken, not the policy)`
 
 // newRootCmd is the capsnap command with every subcommand, writing to
 // stdout and stderr. ran is set once a command has passed cobra's checks
@@ -259,9 +262,9 @@ the GitOps form of what reviewers and the policy approved.`,
 func newPolicyCmd() *cobra.Command {
 	return group(&cobra.Command{
 		Use:     "policy",
-		Short:   "Lint a policy, explain its decisions, or reload it in a running capsnap",
-		Example: "  capsnap policy lint policy.yaml",
-	}, newPolicyLintCmd(), newPolicyExplainCmd(), newPolicyReloadCmd())
+		Short:   "Lint a policy, explain its decisions, test it, or reload it in a running capsnap",
+		Example: "  capsnap policy lint policy.yaml\n  capsnap policy test policy_test.yaml",
+	}, newPolicyLintCmd(), newPolicyExplainCmd(), newPolicyTestCmd(), newPolicyReloadCmd())
 }
 
 func newPolicyLintCmd() *cobra.Command {

@@ -1,18 +1,23 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/capsnap/capsnap/catalog"
 	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/policytest"
 )
 
 // policyLint validates a policy file and prints its warnings; errors fail.
@@ -43,23 +48,23 @@ func policyLint(file string, catalogs []string, stdout, stderr io.Writer) error 
 // catalogSchemas reads each SERVER=FILE, a tools/list result as a catalog
 // file holds it, into the input schemas of the server's tools.
 func catalogSchemas(catalogs []string) (policy.InputSchemas, error) {
+	files, err := catalogArgs("policy lint", catalogs)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := catalogFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("policy lint: --catalog %w", err)
+	}
 	byTool := map[[2]string]json.RawMessage{}
-	for _, c := range catalogs {
-		server, path, ok := strings.Cut(c, "=")
-		if !ok || server == "" || path == "" {
-			return nil, usageError{fmt.Sprintf("policy lint: --catalog %q is not SERVER=FILE", c)}
-		}
-		defs, err := (&catalog.FileSource{Path: path}).Load()
-		if err != nil {
-			return nil, fmt.Errorf("policy lint: --catalog %s: %w", c, err)
-		}
+	for server, defs := range tools {
 		for _, def := range defs {
 			var t struct {
 				Name        string          `json:"name"`
 				InputSchema json.RawMessage `json:"inputSchema"`
 			}
 			if err := json.Unmarshal(def, &t); err != nil {
-				return nil, fmt.Errorf("policy lint: --catalog %s: %w", c, err)
+				return nil, fmt.Errorf("policy lint: --catalog %s=%s: %w", server, files[server], err)
 			}
 			byTool[[2]string{server, t.Name}] = t.InputSchema
 		}
@@ -68,6 +73,36 @@ func catalogSchemas(catalogs []string) (policy.InputSchemas, error) {
 		s, ok := byTool[[2]string{server, tool}]
 		return s, ok && s != nil
 	}, nil
+}
+
+// catalogArgs are command cmd's --catalog SERVER=FILE flags, by server.
+func catalogArgs(cmd string, catalogs []string) (map[string]string, error) {
+	files := map[string]string{}
+	for _, c := range catalogs {
+		server, path, ok := strings.Cut(c, "=")
+		if !ok || server == "" || path == "" {
+			return nil, usageError{fmt.Sprintf("%s: --catalog %q is not SERVER=FILE", cmd, c)}
+		}
+		if _, dup := files[server]; dup {
+			return nil, usageError{fmt.Sprintf("%s: --catalog %s is given twice; a server has one tools/list", cmd, server)}
+		}
+		files[server] = path
+	}
+	return files, nil
+}
+
+// catalogFiles reads each server's file, a tools/list result as a catalog
+// file holds it, into the server's tool definitions.
+func catalogFiles(files map[string]string) (map[string][]json.RawMessage, error) {
+	tools := map[string][]json.RawMessage{}
+	for server, path := range files {
+		defs, err := (&catalog.FileSource{Path: path}).Load()
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", server, path, err)
+		}
+		tools[server] = defs
+	}
+	return tools, nil
 }
 
 // explainOptions are policy explain's flags.
@@ -126,6 +161,140 @@ func explainedDenial(p *policy.Policy, principal, server, tool string, args map[
 		return fmt.Errorf("%w (%w)", errDenied, err)
 	}
 	return nil
+}
+
+func newPolicyTestCmd() *cobra.Command {
+	var o testOptions
+	c := &cobra.Command{
+		Use:                   "test [--policy FILE] [--catalog SERVER=TOOLS_JSON]... [--verbose] TESTFILE...",
+		DisableFlagsInUseLine: true,
+		Short:                 "Run a policy's tests: each case a call the decision core decides",
+		Long: `Run each case of each test file (docs/POLICY.md, "Testing a policy"): a
+tools/call decided by capsnap's decision core as serve decides it, from the
+state the case gives (what its budgets and rate limits hold, the tools
+called before it, a person's approval, the time), and held to the decision
+the case expects and to what policy explain says of it. The policy is the
+one the test file names, or --policy. Every failing case is printed with
+its file:line and what was decided; --verbose prints every case. Exit 0:
+every case passed; 1: a case failed (or the policy does not load); 2: usage,
+or a test file that cannot be read or is invalid.`,
+		Example: "  capsnap policy test examples/demo/policy_test.yaml\n" +
+			"  capsnap policy test --policy policy.yaml --catalog billing=billing-tools.json --verbose tests/*.yaml",
+		RunE: func(c *cobra.Command, args []string) error {
+			o.files = args
+			return policyTest(o, c.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&o.policy, "policy", "", "policy file (default: the one each test file names)")
+	c.Flags().StringArrayVar(&o.catalogs, "catalog", nil, "SERVER=FILE: the server's tools/list result, over the test file's (repeatable)")
+	c.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "print every case, not only those that fail")
+	return c
+}
+
+// testOptions are policy test's flags and arguments.
+type testOptions struct {
+	policy   string   // "" for each test file's own
+	catalogs []string // SERVER=FILE
+	verbose  bool
+	files    []string
+}
+
+// errTestFailed is policy test's answer when a case failed, once it has
+// said which.
+var errTestFailed = errors.New("policy test: FAIL")
+
+// policyTest runs every case of each test file under its policy (or
+// --policy) and reports, as go test does, each case that failed (every
+// case with --verbose), then how many passed. A test file, or a catalog
+// file it names, that cannot be read or is invalid is a usage error, found
+// before any case runs: the test is broken, not the policy.
+func policyTest(o testOptions, stdout io.Writer) error {
+	if len(o.files) == 0 {
+		return usageError{"policy test: at least one TESTFILE is required"}
+	}
+	flags, err := catalogArgs("policy test", o.catalogs)
+	if err != nil {
+		return err
+	}
+	type suite struct {
+		file   *policytest.File
+		policy string
+		tools  map[string][]json.RawMessage
+	}
+	var suites []suite
+	for _, path := range o.files {
+		f, err := policytest.Load(path)
+		if err != nil {
+			return usageError{"policy test: " + err.Error()}
+		}
+		s := suite{file: f, policy: cmp.Or(o.policy, f.Policy)}
+		if s.policy == "" {
+			return usageError{fmt.Sprintf("policy test: %s names no policy: give --policy FILE", path)}
+		}
+		maps.Copy(f.Catalogs, flags)
+		if s.tools, err = catalogFiles(f.Catalogs); err != nil {
+			return usageError{fmt.Sprintf("policy test: %s: catalogs: %v", path, err)}
+		}
+		suites = append(suites, s)
+	}
+	now := time.Now()
+	runners := make([]*policytest.Runner, len(suites))
+	for i, s := range suites {
+		p, err := policy.Load(s.policy)
+		if err != nil {
+			return fmt.Errorf("policy test: %w", err)
+		}
+		runners[i] = &policytest.Runner{Policy: p, Tools: s.tools, Now: now}
+	}
+	failed, total := 0, 0
+	for i, s := range suites {
+		for _, c := range s.file.Cases {
+			res := runners[i].Run(c)
+			total++
+			if !res.Passed() {
+				failed++
+			}
+			report(stdout, s.file.Path, res, o.verbose)
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "FAIL: %d/%d\n", failed, total)
+		return errTestFailed
+	}
+	fmt.Fprintf(stdout, "PASS: %d/%d\n", total, total)
+	return nil
+}
+
+// report says how res, a case of the test file at path, was decided: a
+// failure as the case's place and name, what went wrong, the decision
+// core's denial and what explain said; with verbose a pass in one line.
+func report(w io.Writer, path string, res policytest.Result, verbose bool) {
+	c := res.Case
+	if res.Passed() {
+		if verbose {
+			fmt.Fprintf(w, "--- PASS: %s:%d: %s: %s\n", path, c.Line, c.Name, res.Got)
+		}
+		return
+	}
+	var problems []string
+	if res.Err != nil {
+		problems = append(problems, res.Err.Error())
+	} else if res.Got != c.Want {
+		problems = append(problems, fmt.Sprintf("expected %s, got %s", c.Want, res.Got))
+	}
+	if res.Disagreement != "" {
+		problems = append(problems, "explain and the decision core disagree, a bug in capsnap: "+res.Disagreement)
+	}
+	fmt.Fprintf(w, "--- FAIL: %s:%d: %s: %s\n", path, c.Line, c.Name, problems[0])
+	for _, p := range problems[1:] {
+		fmt.Fprintf(w, "    %s\n", p)
+	}
+	if res.Denial != nil {
+		fmt.Fprintf(w, "    denied %s: %s\n", res.Denial.Reason, res.Denial.Detail)
+	}
+	for _, line := range res.Explain {
+		fmt.Fprintf(w, "    explain: %s\n", line)
+	}
 }
 
 // reloadOptions are policy reload's flags; admin and tokenFile are "" when

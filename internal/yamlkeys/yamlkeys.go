@@ -1,4 +1,9 @@
-package config
+// Package yamlkeys says what yaml's strict decoding (KnownFields) refused
+// in words a person acts on: the line, the unknown key, and the key meant
+// when one is close (package spelling), or else the keys that section
+// has, rather than a Go type's name. The configuration and capsnap policy
+// test's files read their errors through it.
+package yamlkeys
 
 import (
 	"errors"
@@ -14,16 +19,18 @@ import (
 
 // unknownField is how yaml says a key has no field: "line 3: field
 // polcy_poll_interval not found in type config.Config".
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+\.(\w+)`)
 
-// explainDecode rewrites yaml's unknown-key errors in err for the operator:
-// the key, where, the keys that section has, and the one meant if one is
-// close, rather than a Go type's name.
-func explainDecode(err error) error {
+// Explain rewrites yaml's unknown-key errors in err, from decoding into
+// root (a struct, or a slice or pointer of one): "line 1: unknown key
+// polcy_poll_interval (did you mean policy_poll_interval?)". Any other
+// error is returned as it is.
+func Explain(err error, root reflect.Type) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return err
 	}
+	sections := sectionKeys(root)
 	msgs := make([]string, len(te.Errors))
 	for i, e := range te.Errors {
 		msgs[i] = e
@@ -31,7 +38,7 @@ func explainDecode(err error) error {
 		if m == nil {
 			continue
 		}
-		keys := sectionKeys[m[3]]
+		keys := sections[m[3]]
 		msg := "line " + m[1] + ": unknown key " + m[2]
 		if best := spelling.Closest(m[2], keys); best != "" {
 			msg += " (did you mean " + best + "?)"
@@ -43,16 +50,20 @@ func explainDecode(err error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// sectionKeys are the YAML keys of each section of the configuration, by
-// its Go type's name.
-var sectionKeys = func() map[string][]string {
+// sectionKeys are the YAML keys of each struct type reachable from root
+// in root's own package, by the type's name.
+func sectionKeys(root reflect.Type) map[string][]string {
 	out := map[string][]string{}
+	pkg := ""
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
 			t = t.Elem()
 		}
-		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Config]().PkgPath() {
+		if pkg == "" {
+			pkg = t.PkgPath()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != pkg {
 			return
 		}
 		if _, seen := out[t.Name()]; seen {
@@ -72,6 +83,6 @@ var sectionKeys = func() map[string][]string {
 		slices.Sort(keys)
 		out[t.Name()] = keys
 	}
-	walk(reflect.TypeFor[Config]())
+	walk(root)
 	return out
-}()
+}
