@@ -245,5 +245,53 @@ class GuardTest(unittest.TestCase):
         self.assertEqual([t["name"] for t in s.rpc("tools/list", {})["result"]["tools"]], ["refund", "lookup_order"])
 
 
+class RedeployTest(unittest.TestCase):
+    """POST /admin/variant, on a server of its own: refund's contract changes, and a
+    2026-07-28 subscriptions/listen stream is told (notifications/tools/list_changed)."""
+
+    def setUp(self) -> None:
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+
+    def deploy(self, variant: str) -> tuple[int, str]:
+        req = urllib.request.Request(self.srv.url + "/admin/variant", data=variant.encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_a_redeploy_changes_refund_and_tells_listeners(self):
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {"notifications": {"toolsListChanged": True}, "_meta": meta}}
+        req = urllib.request.Request(
+            self.srv.url + "/mcp",
+            data=json.dumps(body).encode(),
+            headers={
+                "content-type": "application/json", "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen",
+            },
+            method="POST",
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=10) as stream:
+
+            def next_method() -> str:
+                for line in stream:
+                    if line.startswith(b"data:"):
+                        return json.loads(line[len(b"data:") :])["method"]
+                return "(the stream ended)"
+
+            self.assertEqual(next_method(), "notifications/subscriptions/acknowledged")
+            status, text = self.deploy("skip_fraud_check")
+            self.assertEqual((status, json.loads(text)["variant"]), (200, "skip_fraud_check"), text)
+            self.assertEqual(next_method(), "notifications/tools/list_changed")
+        props = Session(self.srv.url).definition("refund")["inputSchema"]["properties"]
+        self.assertIn("skip_fraud_check", props)
+        status, text = self.deploy("wire_everything")
+        self.assertEqual(status, 400, text)
+        self.assertEqual(self.deploy("baseline")[0], 200)
+        self.assertNotIn("skip_fraud_check", Session(self.srv.url).definition("refund")["inputSchema"]["properties"])
+
+
 if __name__ == "__main__":
     unittest.main()
