@@ -176,6 +176,10 @@ type sdkStep struct {
 	Progress []sdkProgress `json:"-"`
 	// Elicited are the elicitations a call's handler was asked.
 	Elicited []sdkElicited `json:"elicited"`
+	// Honored is the filter the server acknowledged (listen); Change the
+	// change event's class (next_event), such as ToolsListChanged.
+	Honored json.RawMessage `json:"honored"`
+	Change  string          `json:"change"`
 }
 
 // sdkElicited is one elicitation a client's handler was asked, and the

@@ -21,6 +21,13 @@ open. Steps:
         reported in "onerror"), then connect anew as connect does
     {"id": "...", "op": "list"}
     {"id": "...", "op": "call", "name": "...", "arguments": {...}, "progress": true}
+    {"id": "...", "op": "listen"}
+        api "client" at 2026-07-28: Client.listen(tools_list_changed=True),
+        a subscriptions/listen stream that stays open across the steps
+        that follow; answered once the server acknowledged it
+    {"id": "...", "op": "next_event"}
+        the next change event on that stream (the Client evicts its
+        cached tools/list as it hands the event over)
     {"id": "...", "op": "stream", ...}   unsupported: no such API in this SDK
     {"id": "...", "op": "close"}
 
@@ -29,6 +36,8 @@ Any step may carry "timeout_ms" (default 20000). The answer to a step:
     {"step": id, "op": op, "ok": bool,
      "result": the CallToolResult as JSON, by its wire names (call),
      "tools": [names] (list),
+     "honored": the filter the server acknowledged, "subscription_id" (listen),
+     "change": the event's class, such as "ToolsListChanged" (next_event),
      "error": {"class", "code", "message", "data"} (what the SDK raised; an
               exception group's members under "sub"),
      "onerror_fired": whether the SDK reported anything out of band during
@@ -112,6 +121,8 @@ class Runner:
         # which elicit plays the person; elicited are the elicitations seen.
         self.approver: dict[str, str] | None = None
         self.elicited: list[dict[str, Any]] = []
+        # step listen: the open subscriptions/listen stream.
+        self.subscription: Any = None
 
     async def on_request(self, request: httpx2.Request) -> None:
         rec: dict[str, Any] = {"http_method": request.method}
@@ -203,7 +214,7 @@ class Runner:
 
     async def disconnect(self) -> None:
         """Closes the session and everything connect entered for it."""
-        stack, self.stack, self.session = self.stack, AsyncExitStack(), None
+        stack, self.stack, self.session, self.subscription = self.stack, AsyncExitStack(), None, None
         # No deadline of its own (as in connect): the scopes the stack
         # entered must close in the order they were entered, so none can
         # open around them here. The test bounds the step.
@@ -236,6 +247,15 @@ class Runner:
                 if op == "list":
                     r = await self.session.list_tools()
                     return {"tools": [t.name for t in r.tools]}
+                if op == "listen":
+                    sub = await self.stack.enter_async_context(self.session.listen(tools_list_changed=True))
+                    self.subscription = sub
+                    return {"honored": sub.honored.model_dump(by_alias=True, exclude_none=True), "subscription_id": sub.subscription_id}
+                if op == "next_event":
+                    if self.subscription is None:
+                        return {"error": {"class": "not_listening", "message": "no listen step before"}}
+                    event = await anext(self.subscription)
+                    return {"change": type(event).__name__}
                 if op == "call":
                     kw: dict[str, Any] = {"read_timeout_seconds": timeout_s}
                     if step.get("progress"):
