@@ -92,7 +92,9 @@ type StackOptions struct {
 	// serve /admin/stats: it is ready once a GET of /mcp gets any HTTP
 	// answer (an MCP endpoint may refuse a bare GET). The billing
 	// server's admin calls (Stats, ServerStats, Redeploy,
-	// RollOutHandlers) do not apply to it.
+	// RollOutHandlers) reach it only if it serves them too, as
+	// verifiers/python/example/server.py serves /admin/stats and
+	// /admin/variant.
 	ServerCommand func(id, addr string) (bin string, args []string, env []string)
 	// Redis, if set, is the address of a Redis: two capsnap replicas then
 	// share it as their snapshot store, behind one Envoy cluster (round
@@ -127,6 +129,9 @@ type StackOptions struct {
 	// Ports.Approvals, its approvers the development tokens ApproverToken
 	// (OnCall, in group billing-oncall) and OutsiderToken.
 	Approvals bool
+	// ProtocolVersion, if set, is both servers' servers[].protocol_version:
+	// the MCP version capsnap's own catalog session asks for.
+	ProtocolVersion string
 }
 
 // The approvers of a stack with StackOptions.Approvals.
@@ -335,11 +340,16 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
 	}
 	if servers == "" {
 		release := ""
-		grant := func(id string) string {
-			if !s.opts.Grants {
-				return ""
+		// own is what the configuration says of server id alone.
+		own := func(id string) string {
+			out := ""
+			if s.opts.ProtocolVersion != "" {
+				out = "\n    protocol_version: " + s.opts.ProtocolVersion
 			}
-			return "\n    grant_key_file: " + GrantKeyFile(s.opts.Dir, id) + ".pub"
+			if s.opts.Grants {
+				out += "\n    grant_key_file: " + GrantKeyFile(s.opts.Dir, id) + ".pub"
+			}
+			return out
 		}
 		if s.opts.ReleaseOnError {
 			release = "\n    release_on_error: true"
@@ -353,7 +363,7 @@ func (s *Stack) capsnapConfig(replica int, servers string) string {
     resync_interval: 2s%s%s
   - id: payments
     url: %s/mcp
-    resync_interval: 2s%s`, s.ServerURL("billing"), grant("billing"), release, s.ServerURL("payments"), grant("payments"))
+    resync_interval: 2s%s`, s.ServerURL("billing"), own("billing"), release, s.ServerURL("payments"), own("payments"))
 	}
 	if len(s.envelopeKeys) > 0 {
 		sections += fmt.Sprintf("\nenvelope: {key_files: [%s]}", strings.Join(s.envelopeKeys, ", "))
