@@ -629,6 +629,8 @@ func TestDeniedBodyIsJSONRPCError(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"name":"nope","arguments":{}}}`, `"abc"`, deny.NoSnapshot},
 		{`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"export_ledger"}}`, `42`, deny.NoSnapshot},
 		{`not json`, `null`, deny.MalformedRequest},
+		// Refused, but for its own id, which could be read.
+		{`{"jsonrpc":"2.0","id":"m-1","method":"Tools/Call","params":{"name":"refund"}}`, `"m-1"`, deny.MalformedRequest},
 	} {
 		resp, _ := f.Check(t.Context(), checkCase{Principal: support, Body: tc.body}.request())
 		denied := resp.GetDeniedResponse()

@@ -38,6 +38,9 @@ func readMessage(obj []byte) (Message, Version, error) {
 	var (
 		m                                       Message
 		jsonrpc, id, method, params, res, rpErr []byte
+		// memberErr refuses a member no server reads alike; it is
+		// returned once the id is read.
+		memberErr error
 	)
 	it := membersOf(obj)
 	for {
@@ -60,11 +63,27 @@ func readMessage(obj []byte) (Message, Version, error) {
 		case "error":
 			rpErr = v
 		default:
-			if g, ok := caseVariant(key, messageMembers); ok {
-				return m, "", malformed("member %s is %q in another letter case", excerpt(key), g)
+			if memberErr != nil {
+				continue
 			}
-			return m, "", malformed("unknown JSON-RPC member %s", excerpt(key))
+			if g, ok := caseVariant(key, messageMembers); ok {
+				memberErr = malformed("member %s is %q in another letter case", excerpt(key), g)
+			} else {
+				memberErr = malformed("unknown JSON-RPC member %s", excerpt(key))
+			}
 		}
+	}
+
+	// A refusal answers the request's own id whenever the id can be read,
+	// as an error must: a client matches an answer to its request by id,
+	// and one for id null is one it cannot match (JSON-RPC keeps null for a
+	// request whose id could not be read). A response's id is not one the
+	// client waits on, so a refused response is answered for no id.
+	if id != nil && res == nil && rpErr == nil && id[0] != 'n' && checkID(id) == nil {
+		m.ID = id
+	}
+	if memberErr != nil {
+		return m, "", memberErr
 	}
 
 	// Some servers ignore the version tag and others (the Go SDK) refuse a

@@ -280,3 +280,58 @@ func TestParseAccepts(t *testing.T) {
 		})
 	}
 }
+
+// TestParseRefusalAnswersItsID: a message refused once its id could be read
+// comes back with that id, for the refusal to answer (an error for id null
+// is one no client can match to its request); one whose id cannot be read,
+// or that is a response, comes back with none.
+func TestParseRefusalAnswersItsID(t *testing.T) {
+	tests := []struct {
+		name, body string
+		headers    map[string]string
+		id         string // "" for no message returned
+	}{
+		{"method in another letter case", `{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"refund"}}`, nil, `1`},
+		{"unknown member before the id", `{"jsonrpc":"2.0","extra":1,"id":"a-2","method":"ping"}`, nil, `"a-2"`},
+		{"two unknown members", `{"x":1,"jsonrpc":"2.0","y":2,"id":3,"method":"ping"}`, nil, `3`},
+		{"jsonrpc 1.0", `{"jsonrpc":"1.0","id":4,"method":"ping"}`, nil, `4`},
+		{"method a number", `{"jsonrpc":"2.0","id":5,"method":7}`, nil, `5`},
+		{"method with a space", `{"jsonrpc":"2.0","id":6,"method":"tools/call "}`, nil, `6`},
+		{"method in another case", `{"jsonrpc":"2.0","id":7,"method":"Tools/Call","params":{"name":"refund"}}`, nil, `7`},
+		{"neither method nor result", `{"jsonrpc":"2.0","id":8}`, nil, `8`},
+		{"tools/call without params", `{"jsonrpc":"2.0","id":9,"method":"tools/call"}`, nil, `9`},
+		{"tools/call name a number", call(`{"name":7}`), nil, `1`},
+		{"_meta version unknown", call(`{"name":"refund","_meta":{"io.modelcontextprotocol/protocolVersion":"2027-01-01"}}`), withJSON("mcp-protocol-version", "2026-07-28"), `1`},
+		{"mcp-method disagrees", call(`{"name":"refund","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`), withJSON("mcp-protocol-version", "2026-07-28", "mcp-method", "tools/list", "mcp-name", "refund"), `1`},
+
+		{"null id", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"refund"}}`, nil, ""},
+		{"fractional id", `{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, nil, ""},
+		{"id in another letter case", `{"jsonrpc":"2.0","ID":1,"method":"ping"}`, nil, ""},
+		{"two ids", `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, nil, ""},
+		{"response with params", `{"jsonrpc":"2.0","id":1,"result":{},"params":{}}`, nil, ""},
+		{"method and result", `{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}`, nil, ""},
+		{"batch element", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"1.0","id":2,"method":"ping"}]`, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := tt.headers
+			if h == nil {
+				h = withJSON()
+			}
+			r, err := Parse([]byte(tt.body), h, Limits{})
+			if _, ok := err.(*deny.Error); !ok {
+				t.Fatalf("Parse(%q) = %v, want a denial", tt.body, err)
+			}
+			got := ""
+			if r != nil {
+				if len(r.Messages) != 1 {
+					t.Fatalf("a refused body came back with %d messages", len(r.Messages))
+				}
+				got = string(r.Messages[0].ID)
+			}
+			if got != tt.id {
+				t.Errorf("the refusal answers id %q, want %q (%v)", got, tt.id, err)
+			}
+		})
+	}
+}
