@@ -2,29 +2,30 @@
 
 package e2e
 
-// MCP 2026-07-28 end to end, between a client and a server on the official
-// Python SDK (mcp 2.3.0), neither of which anyone here wrote but for the
-// test harness around them, through the real Envoy and capsnap: the
-// client is mcp.Client (e2e/clients/python/client.py, api "client"), the
-// servers are verifiers/python/example/server.py (MCPServer, guarded by
-// capsnap's envelope verifier) as both of the stack's servers, and
+// MCP 2026-07-28 end to end, between a client and servers on the
+// official SDKs, none of which anyone here wrote but for the test harness
+// around them, through the real Envoy and capsnap. The client is the
+// Python SDK's mcp.Client (mcp 2.3.0; e2e/clients/python/client.py, api
+// "client"). The servers, each run as both of the stack's servers, are
+// the Python SDK's MCPServer (verifiers/python/example/server.py, guarded
+// by capsnap's envelope verifier) and the TypeScript SDK's McpServer on its
+// split 2.x packages (@modelcontextprotocol/server 2.4.0,
+// e2e/clients/ts/server2026.mjs), the TypeScript SDK's only release that
+// speaks 2026-07-28: @modelcontextprotocol/sdk (1.32.2, the newest) and
+// server-everything (2026.8.31, on that SDK) speak up to 2025-11-25.
 // capsnap's own catalog session speaks 2026-07-28 to them too
 // (servers[].protocol_version).
 //
 // What the revision asks of capsnap, and what an agent on it does, each
 // seen by the SDK's caller: server/discover passes; a subscriptions/listen
-// stream passes, its acknowledgement and its list_changed as the server
-// sends them; a list is delivered filtered to the grants and reused from
-// the client's cache within its ttlMs; a granted call runs, an ungranted one
-// is denied; a call to a tool the server changed since the list is denied
-// as drift until the agent lists again; and a request whose headers
-// disagree with its body, or that names a revision capsnap does not speak,
-// gets MCP's own error (-32020, -32022), HTTP 400, for its id.
-//
-// The TypeScript SDK's servers are not here: @modelcontextprotocol/sdk
-// (1.32.2, the newest) and server-everything (2026.8.31, on that SDK) speak
-// up to 2025-11-25; only the split @modelcontextprotocol/server and
-// /client 2.x packages speak 2026-07-28 (docs/ENVOY.md, "MCP revisions").
+// stream passes, its acknowledgement, its list_changed and its keep-alive
+// comments as the server sends them; a list is delivered filtered to the
+// grants and reused from the client's cache within its ttlMs; a granted
+// call runs, an ungranted one is denied; a call to a tool the server
+// changed since the list is denied as drift until the agent lists again;
+// and a request whose headers disagree with its body, or that names a
+// revision capsnap does not speak, gets MCP's own error (-32020, -32022),
+// HTTP 400, for its id.
 //
 // The interpreters and packages are those of the other SDK tests
 // (e2e/clients/install.sh); without them these tests fail, never skip.
@@ -34,6 +35,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,27 +48,69 @@ import (
 // rev2026 is the revision under test.
 const rev2026 = "2026-07-28"
 
+// rev2026TSServer is the version of @modelcontextprotocol/server that
+// e2e/clients/ts/package.json pins.
+const rev2026TSServer = "2.4.0"
+
 // rev2026ListTTL is the ttlMs the servers give their tools/list results:
 // long enough that a list is reused from the client's cache throughout.
 const rev2026ListTTL = 5 * time.Minute
 
-// rev2026Stack runs the Python example server as both servers, with
-// capsnap signing envelopes (the server runs no call without one) and its
-// catalog speaking 2026-07-28.
-func rev2026Stack(t *testing.T) *testbed.Stack {
+// rev2026Server is a server on an official SDK that speaks 2026-07-28.
+type rev2026Server struct {
+	name string
+	// envelope: the server runs no call without capsnap's envelope.
+	envelope bool
+	// command runs the server as server id on addr, its tools/list results
+	// cacheable for rev2026ListTTL, checking envelopes against the JWKS at
+	// jwks if it checks them.
+	command func(id, addr, jwks string) (string, []string)
+}
+
+// rev2026Servers are the Python and TypeScript SDKs' servers; a missing
+// interpreter or package fails the test.
+func rev2026Servers(t *testing.T) []rev2026Server {
 	t.Helper()
-	var python verifierServer
+	ttl := []string{"--list-ttl-ms", fmt.Sprint(rev2026ListTTL.Milliseconds())}
+	var servers []rev2026Server
 	for _, srv := range verifierServers(t) {
 		if srv.name == "python" {
-			python = srv
+			servers = append(servers, rev2026Server{"python", true, func(id, addr, jwks string) (string, []string) {
+				bin, args := srv.command(id, addr, jwks, "")
+				return bin, append(args, ttl...)
+			}})
 		}
 	}
+	script, err := filepath.Abs("clients/ts/server2026.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(script), "node_modules", "@modelcontextprotocol", "server", "package.json"))
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &pkg)
+	}
+	if err != nil || pkg.Version != rev2026TSServer {
+		t.Fatalf("@modelcontextprotocol/server is installed at %q (%v), want the pinned %s: run bash e2e/clients/install.sh", pkg.Version, err, rev2026TSServer)
+	}
+	node := os.Getenv("CAPSNAP_E2E_NODE") // checked by verifierServers
+	return append(servers, rev2026Server{"typescript", false, func(_, addr, _ string) (string, []string) {
+		return node, append([]string{script, "--addr", addr}, ttl...)
+	}})
+}
+
+// rev2026Stack runs srv as both servers, with capsnap's catalog speaking
+// 2026-07-28 to them and signing envelopes if the server checks them.
+func rev2026Stack(t *testing.T, srv rev2026Server) *testbed.Stack {
+	t.Helper()
 	return startStackWith(t, func(o *testbed.StackOptions) {
-		o.Envelope, o.ProtocolVersion = true, rev2026
+		o.Envelope, o.ProtocolVersion = srv.envelope, rev2026
 		jwks := fmt.Sprintf("http://127.0.0.1:%d/.well-known/jwks.json", o.Ports.Admin)
 		o.ServerCommand = func(id, addr string) (string, []string, []string) {
-			bin, args := python.command(id, addr, jwks, "")
-			return bin, append(args, "--list-ttl-ms", fmt.Sprint(rev2026ListTTL.Milliseconds())), nil
+			bin, args := srv.command(id, addr, jwks)
+			return bin, args, nil
 		}
 	})
 }
@@ -83,15 +128,26 @@ func rev2026Client(t *testing.T) sdkKind {
 	return sdkKind{}
 }
 
-func TestRev2026PythonSDK(t *testing.T) {
-	s := rev2026Stack(t)
+func TestRev2026Interop(t *testing.T) {
 	kind := rev2026Client(t)
+	for _, srv := range rev2026Servers(t) {
+		t.Run(srv.name, func(t *testing.T) { rev2026Interop(t, rev2026Stack(t, srv), kind) })
+	}
+}
+
+func rev2026Interop(t *testing.T, s *testbed.Stack, kind sdkKind) {
 	url := s.MCPURL()
 
 	// capsnap's own session to each server is a 2026-07-28 one: it
 	// listed after its subscriptions/listen stream was acknowledged.
-	if out := s.Capsnap.Output(); strings.Count(out, `"protocol_version":"2026-07-28"`) < len(testbed.Servers) {
-		t.Fatalf("capsnap's catalog did not connect at 2026-07-28 to every server:\n%s", out)
+	connected := 0
+	for _, line := range strings.Split(s.Capsnap.Output(), "\n") {
+		if strings.Contains(line, `"message":"catalog connected"`) && strings.Contains(line, `"protocol_version":"2026-07-28"`) {
+			connected++
+		}
+	}
+	if connected != len(testbed.Servers) {
+		t.Fatalf("capsnap's catalog connected %d times at 2026-07-28, want once to each server:\n%s", connected, s.Capsnap.Output())
 	}
 
 	a, st := sdkConnect(t, kind, url, supportAgent)
@@ -130,9 +186,8 @@ func TestRev2026PythonSDK(t *testing.T) {
 	// the listen stream, through Envoy and capsnap.
 	digest := rev2026CatalogDigest(t, s, "refund")
 	redeployTo(t, s, "billing", "skip_fraud_check")
-	if st = a.do(t, sdkReq{Op: "next_event"}); !st.OK || st.Change != "ToolsListChanged" {
-		t.Fatalf("next_event: %s, change %q; want ToolsListChanged", st.summary(), st.Change)
-	}
+	rev2026NextChange(t, a)
+	changed := time.Now()
 	rev2026WaitCatalog(t, s, "refund", digest)
 
 	// Until it lists again, a call to the changed tool is drift.
@@ -164,8 +219,27 @@ func TestRev2026PythonSDK(t *testing.T) {
 		t.Fatal("a refund not granted started its handler")
 	}
 
+	// A quiet listen stream carries the server's keep-alive comments
+	// (each SDK's every 15 s), and goes on to carry the next change.
+	time.Sleep(time.Until(changed.Add(rev2026KeepAlive)))
+	redeployTo(t, s, "billing", "baseline")
+	rev2026NextChange(t, a)
+
 	if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
-		t.Fatalf("the Python server refused calls capsnap allowed: %v", st.Refusals)
+		t.Fatalf("the server refused calls capsnap allowed: %v", st.Refusals)
+	}
+}
+
+// rev2026KeepAlive is longer than the SDKs' servers leave a listen stream
+// without a keep-alive comment.
+const rev2026KeepAlive = 16 * time.Second
+
+// rev2026NextChange fails unless the agent's listen stream's next change
+// is a list_changed for tools.
+func rev2026NextChange(t *testing.T, a *sdkAgent) {
+	t.Helper()
+	if st := a.do(t, sdkReq{Op: "next_event"}); !st.OK || st.Change != "ToolsListChanged" {
+		t.Fatalf("next_event: %s, change %q; want ToolsListChanged", st.summary(), st.Change)
 	}
 }
 
@@ -176,7 +250,7 @@ func TestRev2026PythonSDK(t *testing.T) {
 // is); and a listing capsnap filtered is private to its caller, whatever
 // the server said, one it did not filter keeps the server's cacheScope.
 func TestRev2026RawHTTP(t *testing.T) {
-	s := rev2026Stack(t)
+	s := rev2026Stack(t, rev2026Servers(t)[0])
 	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientCapabilities":{}}`
 	call := func(id, version string) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"A-100"},`+meta+`}}`, id, version)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the official TypeScript and Python MCP SDK clients that
-# e2e/sdk_test.go drives, at the versions pinned beside this script, and
-# capsnap's envelope verifiers for those SDKs (verifiers/), at theirs:
+# e2e/sdk_test.go drives (and the TypeScript SDK's servers that
+# e2e/reference_test.go and e2e/rev2026_test.go run), at the versions
+# pinned beside this script, and capsnap's envelope verifiers for those
+# SDKs (verifiers/), at theirs:
 #
 #   e2e/clients/ts/node_modules  npm ci from ts/package-lock.json
 #   verifiers/ts/node_modules    npm ci from verifiers/ts/package-lock.json
@@ -84,13 +86,15 @@ fi
 # --- What the tests will run -----------------------------------------------
 ts_sdk="$(cd "$ts" && "$node" -p 'require("./node_modules/@modelcontextprotocol/sdk/package.json").version')" ||
 	die "the TypeScript MCP SDK is not importable from $ts"
+ts_server="$(cd "$ts" && "$node" -p 'require("./node_modules/@modelcontextprotocol/server/package.json").version')" ||
+	die "the TypeScript MCP SDK's 2.x server package is not installed in $ts"
 py_sdk="$("$venv/bin/python" -c 'from importlib.metadata import version; import mcp; print(version("mcp"))')" ||
 	die "the Python MCP SDK is not importable in $venv"
 ver_ts="$(cd "$root/verifiers/ts" && "$node" -p 'const v = p => require("./node_modules/" + p + "/package.json").version; `jose ${v("jose")}, canonicalize ${v("canonicalize")}, @modelcontextprotocol/sdk ${v("@modelcontextprotocol/sdk")}`')" ||
 	die "the TypeScript envelope verifier's packages are not installed in verifiers/ts"
 ver_py="$("$venv/bin/python" -c 'from importlib.metadata import version; import joserfc, rfc8785; print("joserfc", version("joserfc") + ", rfc8785", version("rfc8785"))')" ||
 	die "the Python envelope verifier's packages are not importable in $venv"
-echo "node $("$node" --version): @modelcontextprotocol/sdk $ts_sdk (CAPSNAP_E2E_NODE=$(command -v "$node"))"
+echo "node $("$node" --version): @modelcontextprotocol/sdk $ts_sdk, @modelcontextprotocol/server $ts_server (CAPSNAP_E2E_NODE=$(command -v "$node"))"
 echo "$("$venv/bin/python" --version): mcp $py_sdk (CAPSNAP_E2E_PYTHON=$venv/bin/python)"
 echo "envelope verifiers: verifiers/ts ($ver_ts); verifiers/python ($ver_py)"
 if command -v go >/dev/null 2>&1; then
