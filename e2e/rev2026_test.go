@@ -31,7 +31,6 @@ package e2e
 // (e2e/clients/install.sh); without them these tests fail, never skip.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -184,7 +183,7 @@ func rev2026Interop(t *testing.T, s *testbed.Stack, kind sdkKind) {
 
 	// The server changes refund: its list_changed reaches the agent on
 	// the listen stream, through Envoy and capsnap.
-	digest := rev2026CatalogDigest(t, s, "refund")
+	digest := refCatalog(t, s)["refund"]
 	redeployTo(t, s, "billing", "skip_fraud_check")
 	rev2026NextChange(t, a)
 	changed := time.Now()
@@ -354,44 +353,12 @@ func rev2026Wire(t *testing.T, st sdkStep, method string, status int, contentTyp
 	t.Fatalf("%s: no %s answered %d %s on the wire: %s", st.Step, method, status, contentType, st.summary())
 }
 
-// redeployTo redeploys server id as variant (the Python example server's
-// POST /admin/variant, as the billing server's).
-func redeployTo(t *testing.T, s *testbed.Stack, id, variant string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := s.Redeploy(ctx, id, variant); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// rev2026CatalogDigest is the digest of tool in capsnap's view of billing.
-func rev2026CatalogDigest(t *testing.T, s *testbed.Stack, tool string) string {
-	t.Helper()
-	resp, err := http.Get(s.AdminURL() + "/catalog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var view map[string]testbed.CatalogServer
-	if err := json.NewDecoder(resp.Body).Decode(&view); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range view["billing"].Tools {
-		if v.Name == tool {
-			return v.Digest
-		}
-	}
-	t.Fatalf("capsnap's view of billing has no %s: %+v", tool, view["billing"])
-	return ""
-}
-
 // rev2026WaitCatalog waits until capsnap's view of billing has tool at
 // another digest than was.
 func rev2026WaitCatalog(t *testing.T, s *testbed.Stack, tool, was string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for rev2026CatalogDigest(t, s, tool) == was {
+	for refCatalog(t, s)[tool] == was {
 		if time.Now().After(deadline) {
 			t.Fatalf("capsnap's view of billing still has %s at %s", tool, was)
 		}

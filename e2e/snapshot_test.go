@@ -104,15 +104,26 @@ func starts(t *testing.T, s *testbed.Stack, server, tool string) int {
 	return st.HandlerStarts[tool]
 }
 
+// redeploy redeploys a billing server as variant, and waits until
+// capsnap's view has it.
 func redeploy(t *testing.T, s *testbed.Stack, server, variant string) {
+	t.Helper()
+	redeployTo(t, s, server, variant)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	// capsnap learns of it from list_changed, on its own connection.
+	if err := s.WaitCatalog(ctx, server, "refund", digestOf(t, variant, "refund")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// redeployTo redeploys server id as variant (POST /admin/variant, which
+// the billing server and the SDKs' servers of e2e/rev2026_test.go serve).
+func redeployTo(t *testing.T, s *testbed.Stack, id, variant string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := s.Redeploy(ctx, server, variant); err != nil {
-		t.Fatal(err)
-	}
-	// capsnap learns of it from list_changed, on its own connection.
-	if err := s.WaitCatalog(ctx, server, "refund", digestOf(t, variant, "refund")); err != nil {
+	if err := s.Redeploy(ctx, id, variant); err != nil {
 		t.Fatal(err)
 	}
 }
