@@ -147,3 +147,69 @@ func (c *counters) sweep(now int64) {
 }
 
 func bySlotStart(s slot, start int64) int { return cmp.Compare(s.start, start) }
+
+// Count is what a counter holds now, as Counts reads it.
+type Count struct {
+	// Used is what the window holds, in counter units.
+	Used int64
+	// FreesAt is when the oldest amount it holds stops counting, and
+	// ResetsAt when the newest does: the counter is empty from then, if
+	// nothing more is taken. Both are zero when it holds nothing.
+	FreesAt, ResetsAt time.Time
+}
+
+// Counts are what an operator reads and resets of the counters of the
+// policy's budgets and rate limits (capsnap budgets), beside what the
+// decision takes from them (policy.Counters). Each counts as a charge in
+// window and slot counts (policy.Counters).
+type Counts interface {
+	// Count is what counter holds now.
+	Count(counter string, window, slot time.Duration) (Count, error)
+	// ResetCounter empties counter, and returns what it held: its
+	// principal has the whole window again. A release of what was taken
+	// before the reset gives back only what the counter holds in that
+	// slot since: never more than was taken after it.
+	ResetCounter(counter string, window, slot time.Duration) (Count, error)
+}
+
+// Count implements Counts.
+func (m *Memory) Count(counter string, window, slot time.Duration) (Count, error) {
+	return m.count(counter, window, slot, false)
+}
+
+// ResetCounter implements Counts.
+func (m *Memory) ResetCounter(counter string, window, slot time.Duration) (Count, error) {
+	return m.count(counter, window, slot, true)
+}
+
+// count is what counter holds, then emptied if reset.
+func (m *Memory) count(counter string, window, slot time.Duration, reset bool) (Count, error) {
+	if window <= 0 || slot <= 0 {
+		return Count{}, errCharge
+	}
+	now := m.now().UnixMilli()
+	width, span := slot.Milliseconds(), window.Milliseconds()
+	m.counters.mu.Lock()
+	defer m.counters.mu.Unlock()
+	var c Count
+	t := m.counters.by[counter]
+	if t == nil {
+		return c, nil
+	}
+	if reset {
+		delete(m.counters.by, counter)
+	}
+	// Slots are by start, so the first that counts stops counting first.
+	for _, s := range t.slots {
+		end := s.start + width + span
+		if end <= now {
+			continue
+		}
+		if c.Used == 0 {
+			c.FreesAt = time.UnixMilli(end)
+		}
+		c.Used += s.amount
+		c.ResetsAt = time.UnixMilli(end)
+	}
+	return c, nil
+}

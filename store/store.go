@@ -191,18 +191,21 @@ type Redemptions interface {
 // requests, which a backend implements whole (Memory for one replica,
 // store/redis for replicas that share it): snapshots and invalidations
 // (Snapshots), the calls allowed under each snapshot (CallLog), the
-// budgets' and rate limits' counters (policy.Counters), the listing
-// tickets that came back (Redemptions), the approved definitions of the
-// tools under change control (Definitions) and the approval requests
-// people decide (Approvals). A backend that lacks a part does not compile where
-// it is opened, rather than deny every budgeted or held call at run time;
-// store/storetest is its contract, one suite of a part each.
+// budgets' and rate limits' counters (policy.Counters, and Counts for the
+// operator), the listing tickets that came back (Redemptions), the
+// approved definitions of the tools under change control (Definitions),
+// the looser policies people accepted (Loosenings) and the approval
+// requests people decide (Approvals). A backend that lacks a part does not
+// compile where it is opened, rather than deny every budgeted or held call
+// at run time; store/storetest is its contract, one suite of a part each.
 type Backend interface {
 	Snapshots
 	CallLog
 	policy.Counters
+	Counts
 	Redemptions
 	Definitions
+	Loosenings
 	// Approvals are the approval requests, kept where the snapshots are.
 	Approvals() approval.Store
 }
@@ -241,6 +244,8 @@ type Memory struct {
 
 	counters counters
 	redeemed redemptions
+	// accepted are the acceptances of looser policies, by source.
+	accepted map[string]Acceptance
 }
 
 // MemoryOptions bound a Memory store.

@@ -10,10 +10,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
-// The counters of the policy's budgets and rate limits (policy.Counters),
-// shared by every replica: a hash per counter, a field per slot (its start
+// The counters of the policy's budgets and rate limits (policy.Counters,
+// and store.Counts for the operator), shared by every replica: a hash per counter, a field per slot (its start
 // in Unix milliseconds) holding what was taken in it. Each reservation and
 // each release is one script, so one round trip, and atomic: replicas
 // reserving on one counter at once are serialised by Redis.
@@ -137,4 +138,67 @@ func (s *Store) Release(counter string, at time.Time, amount int64) error {
 func (s *Store) counterKey(counter string) string {
 	sum := sha256.Sum256([]byte(counter))
 	return s.keys.Counter(base64.RawURLEncoding.EncodeToString(sum[:16]))
+}
+
+// count is store.Counts on the hash KEYS[1] at ARGV: now, the slot width
+// and the window (milliseconds), and "1" to empty it after. It answers
+// {used, when the oldest slot that counts stops, when the newest does},
+// by the rule reserve counts by; 0s for none.
+var count = rueidis.NewLuaScript(`
+local now, width, span = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fields = redis.call('HGETALL', KEYS[1])
+local used, first, last = 0, 0, 0
+for i = 1, #fields, 2 do
+  local stop = tonumber(fields[i]) + width + span
+  local v = tonumber(fields[i + 1])
+  if stop > now and v > 0 then
+    used = used + v
+    if first == 0 or stop < first then first = stop end
+    if stop > last then last = stop end
+  end
+end
+if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
+return {used, first, last}`)
+
+// Count implements store.Counts.
+func (s *Store) Count(counter string, window, slot time.Duration) (store.Count, error) {
+	return s.count(counter, window, slot, false)
+}
+
+// ResetCounter implements store.Counts: what it held, read and deleted in
+// one script, so that no reservation falls between.
+func (s *Store) ResetCounter(counter string, window, slot time.Duration) (store.Count, error) {
+	return s.count(counter, window, slot, true)
+}
+
+func (s *Store) count(counter string, window, slot time.Duration, reset bool) (store.Count, error) {
+	if window <= 0 || slot <= 0 {
+		return store.Count{}, errCharge
+	}
+	client, err := s.healthyClient()
+	if err != nil {
+		return store.Count{}, err
+	}
+	op, flag := "count", "0"
+	if reset {
+		op, flag = "reset", "1"
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	out, err := count.Exec(ctx, client, []string{s.counterKey(counter)}, []string{
+		strconv.FormatInt(s.o.Now().UnixMilli(), 10), strconv.FormatInt(slot.Milliseconds(), 10),
+		strconv.FormatInt(window.Milliseconds(), 10), flag,
+	}).AsIntSlice()
+	if err == nil && len(out) != 3 {
+		err = errors.New(op + ": not 3 integers")
+	}
+	if err != nil {
+		s.fail(op, err)
+		return store.Count{}, s.unavailable()
+	}
+	c := store.Count{Used: out[0]}
+	if c.Used > 0 {
+		c.FreesAt, c.ResetsAt = time.UnixMilli(out[1]), time.UnixMilli(out[2])
+	}
+	return c, nil
 }

@@ -102,6 +102,10 @@ func (l Layout) Redeemed(ticket string) string { return l.key("redeemed", ticket
 // hashed name: one key per script.
 func (l Layout) Counter(hashed string) string { return l.key("counter", hashed, "") }
 
+// Loosening is the key of the acceptance of a looser policy, by the
+// source it accepts: changed alone, so it needs no shared slot.
+func (l Layout) Loosening(source string) string { return l.key("loosening", source, "") }
+
 // ApprovalRequest, ApprovalBinding and ApprovalIndex are the keys of an
 // approval request, of the pointer from a binding to its live request, and
 // of the index of every request: each changed alone (a compare-and-set of

@@ -121,6 +121,7 @@ func TestKeysAreDistinct(t *testing.T) {
 		add("calls "+a, l.Calls(a))
 		add("redeemed "+a, l.Redeemed(a))
 		add("counter "+a, l.Counter(a))
+		add("loosening "+a, l.Loosening(a))
 		add("approval request "+a, l.ApprovalRequest(a))
 		add("approval binding "+a, l.ApprovalBinding(a))
 		for _, b := range names {

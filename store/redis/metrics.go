@@ -35,10 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times this replica saw the invalidation sequence go back (Redis lost acknowledged writes, as in a failover, or an old record was written back) and started a new incarnation.",
 		}),
 	}
-	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem", "reserve", "release"} {
+	for _, op := range []string{"probe", "resync", "put", "get", "follows", "invalidate", "redeem", "reserve", "release", "count", "reset", "loosening"} {
 		m.failures.WithLabelValues(op)
 	}
-	for _, k := range []string{kindSeq, kindInvalidation, kindSnapshot, kindLatest, kindRedemption} {
+	for _, k := range []string{kindSeq, kindInvalidation, kindSnapshot, kindLatest, kindRedemption, kindLoosening} {
 		m.rejected.WithLabelValues(k)
 	}
 	if reg != nil {

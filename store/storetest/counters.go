@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capsnap/capsnap/policy"
+	"github.com/capsnap/capsnap/store"
 )
 
 // Clock is a clock a test moves. Its zero value is not usable: NewClock.
@@ -42,7 +43,8 @@ const (
 )
 
 // step is one thing a case does: move the clock, then reserve on (or
-// release from) a counter, and what the store must answer.
+// release from, count or reset) a counter, and what the store must
+// answer.
 type step struct {
 	advance time.Duration
 	counter string
@@ -53,6 +55,11 @@ type step struct {
 	// milliseconds after Start instead of reserving.
 	release    bool
 	releasedAt time.Duration
+	// count, when set, reads the counter (Count) instead, and reset
+	// empties it (ResetCounter): each must answer used and, as times
+	// after Start, frees and resets (0: it holds nothing).
+	count, reset  bool
+	frees, resets time.Duration
 	// What a reservation must answer: allowed, used before it, and when
 	// denied, the retry (0: never).
 	allowed bool
@@ -70,6 +77,16 @@ func on(counter string, s step) step { s.counter = counter; return s }
 
 func release(at time.Duration, amount int64) step {
 	return step{counter: "a", release: true, releasedAt: at, amount: amount}
+}
+
+func count(used int64, frees, resets time.Duration) step {
+	return step{counter: "a", count: true, used: used, frees: frees, resets: resets}
+}
+
+func reset(used int64, frees, resets time.Duration) step {
+	s := count(used, frees, resets)
+	s.count, s.reset = false, true
+	return s
 }
 
 // runCounters runs the counters' part against the backends open makes.
@@ -135,6 +152,39 @@ func runCounters(t *testing.T, open Open) {
 			on("b", reserve(1000, true, 0, 0)),
 			reserve(1, false, 1000, window+slot),
 		}},
+		{"ACountIsWhatTheWindowHolds", []step{
+			count(0, 0, 0),
+			after(400*ms, reserve(300, true, 0, 0)),
+			after(10*time.Second, reserve(200, true, 300, 0)),
+			count(500, window+slot, window+slot+10*time.Second),
+			// Counting takes nothing.
+			count(500, window+slot, window+slot+10*time.Second),
+			after(window+slot-10*time.Second-400*ms, count(200, window+slot+10*time.Second, window+slot+10*time.Second)),
+			after(10*time.Second, count(0, 0, 0)),
+		}},
+		{"AResetEmptiesTheCounter", []step{
+			reserve(900, true, 0, 0),
+			after(2*time.Second, reset(900, window+slot, window+slot)),
+			count(0, 0, 0),
+			reserve(1000, true, 0, 0),
+			// What was taken before the reset, in a slot that has held
+			// nothing since, gives nothing back.
+			release(0, 900),
+			count(1000, window+slot+2*time.Second, window+slot+2*time.Second),
+			reset(1000, window+slot+2*time.Second, window+slot+2*time.Second),
+			reset(0, 0, 0),
+		}},
+		{"AResetIsOfOneCounter", []step{
+			reserve(1000, true, 0, 0),
+			on("b", reserve(400, true, 0, 0)),
+			reset(1000, window+slot, window+slot),
+			on("b", count(400, window+slot, window+slot)),
+			on("b", reserve(700, false, 400, window+slot)),
+		}},
+		{"AResetOfWhatStoppedCountingHeldNothing", []step{
+			reserve(1000, true, 0, 0),
+			after(window+slot, reset(0, 0, 0)),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,6 +193,10 @@ func runCounters(t *testing.T, open Open) {
 			prefix := fmt.Sprintf("%s/%d/", t.Name(), time.Now().UnixNano())
 			for i, s := range tt.steps {
 				clock.Advance(s.advance)
+				if s.count || s.reset {
+					checkCount(t, i, c, prefix+s.counter, s)
+					continue
+				}
 				if s.release {
 					if err := c.Release(prefix+s.counter, Start.Add(s.releasedAt), s.amount); err != nil {
 						t.Fatalf("step %d: Release: %v", i, err)
@@ -176,6 +230,27 @@ func runCounters(t *testing.T, open Open) {
 			t.Fatalf("%d of 64 reservations of 100 against 1000 allowed, want 10", len(got))
 		}
 	})
+}
+
+// checkCount runs step i, a count or reset, on counter of c.
+func checkCount(t *testing.T, i int, c Store, counter string, s step) {
+	t.Helper()
+	read, op := c.Count, "Count"
+	if s.reset {
+		read, op = c.ResetCounter, "ResetCounter"
+	}
+	got, err := read(counter, window, slot)
+	if err != nil {
+		t.Fatalf("step %d: %s: %v", i, op, err)
+	}
+	want := store.Count{Used: s.used}
+	if s.used > 0 {
+		want.FreesAt, want.ResetsAt = Start.Add(s.frees), Start.Add(s.resets)
+	}
+	if got.Used != want.Used || !got.FreesAt.Equal(want.FreesAt) || !got.ResetsAt.Equal(want.ResetsAt) {
+		t.Fatalf("step %d: %s = used %d, frees %v, resets %v; want %d, %v, %v",
+			i, op, got.Used, got.FreesAt, got.ResetsAt, want.Used, want.FreesAt, want.ResetsAt)
+	}
 }
 
 // Concurrent makes n reservations of 100 against a limit of 1000 on

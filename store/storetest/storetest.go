@@ -1,8 +1,9 @@
 // Package storetest is the contract every store.Backend keeps, as one suite
 // of a part each: snapshots (snapshots.go), counters (counters.go),
-// approvals (approvals.go) and definitions (definitions.go). The memory store of one replica and a store
-// several replicas share are held to the same one, so a decision never
-// depends on which store it read.
+// approvals (approvals.go), definitions (definitions.go) and the
+// acceptances of looser policies (loosenings.go). The memory store of one
+// replica and a store several replicas share are held to the same one, so
+// a decision never depends on which store it read.
 package storetest
 
 import (
@@ -25,4 +26,5 @@ func Run(t *testing.T, open Open) {
 	t.Run("Counters", func(t *testing.T) { runCounters(t, open) })
 	t.Run("Approvals", func(t *testing.T) { runApprovals(t, open) })
 	t.Run("Definitions", func(t *testing.T) { runDefinitions(t, open) })
+	t.Run("Loosenings", func(t *testing.T) { runLoosenings(t, open) })
 }
