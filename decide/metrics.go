@@ -62,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "capsnap",
 		Name:      "policy_reloads_total",
-		Help:      "Policy reloads by result: ok, unchanged, invalid, refused_loosening.",
+		Help:      "Policy reloads by result: ok, unchanged, invalid, refused_loosening, unrecorded (a loosening accepted that the store could not record for every replica).",
 	}, []string{"result"})
 	// The digest is a label of an info metric with one series at a time,
 	// so its cardinality stays one.

@@ -199,22 +199,22 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 	f.call(t, argsCall("lookup_order", lookup))
 	over := argsCall("refund", `{"order_id":"A-100","amount":400,"reason_code":"damaged"}`)
 
-	if r, err := f.Reload(path, false); r != ReloadUnchanged || err != nil {
+	if r, err := f.Reload(path, nil); r != ReloadUnchanged || err != nil {
 		t.Fatalf("reload of the same file: %s, %v", r, err)
 	}
 	write([]byte("tools: [\n"))
-	if r, err := f.Reload(path, false); r != ReloadInvalid || err == nil {
+	if r, err := f.Reload(path, nil); r != ReloadInvalid || err == nil {
 		t.Fatalf("reload of an invalid file: %s, %v", r, err)
 	}
 	// A rule on a server capsnap does not have is a typo: refused as
 	// serve refuses it at start.
 	write([]byte(strings.Replace(string(base), "{server: billing, tool: lookup_order, effect: read}", "{server: billing, tool: lookup_order, effect: read}\n  - {server: biling, tool: archive, effect: read}", 1)))
-	if r, err := f.Reload(path, false); r != ReloadInvalid || err == nil || !strings.Contains(err.Error(), `server "biling" is not configured (did you mean "billing"?)`) {
+	if r, err := f.Reload(path, nil); r != ReloadInvalid || err == nil || !strings.Contains(err.Error(), `server "biling" is not configured (did you mean "billing"?)`) {
 		t.Fatalf("reload naming an unknown server: %s, %v", r, err)
 	}
 	raised := []byte(strings.Replace(string(base), "args.amount <= 250", "args.amount <= 500", 1))
 	write(raised)
-	if r, err := f.Reload(path, false); r != ReloadLoosening || err == nil || !strings.Contains(err.Error(), "usd_cap_250") {
+	if r, err := f.Reload(path, nil); r != ReloadLoosening || err == nil || !strings.Contains(err.Error(), "usd_cap_250") {
 		t.Fatalf("reload raising the cap: %s, %v", r, err)
 	}
 	if got := f.call(t, over); got.reason != deny.ConstraintViolation {
@@ -224,12 +224,12 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 	// loosening) needs no permission.
 	write([]byte(strings.Replace(string(base), `      - {name: reason_allowlist`, `      - {name: at_least_a_cent, expr: "args.amount >= 0.01"}
       - {name: reason_allowlist`, 1)))
-	if r, err := f.Reload(path, false); r != ReloadOK {
+	if r, err := f.Reload(path, nil); r != ReloadOK {
 		t.Fatalf("tightening reload: %s, %v", r, err)
 	}
 	// Loosening with the operator's explicit say: new snapshots only.
 	write(raised)
-	if r, err := f.Reload(path, true); r != ReloadOK {
+	if r, err := f.Reload(path, &Signoff{By: "alice@acme.example", Reason: "INC-42: the cap goes to 500"}); r != ReloadOK {
 		t.Fatalf("explicit loosening: %s, %v", r, err)
 	}
 	if got := f.call(t, over); got.reason != deny.PolicyDrift {

@@ -67,8 +67,8 @@ func TestSeedPolicy(t *testing.T) {
 }
 
 // A reload that raises the cap is refused; the operator's explicit
-// `capsnap policy reload --allow-loosening` puts it in force for new
-// snapshots only, and old ones deny with policy_drift.
+// `capsnap policy reload --allow-loosening` (with --by and --reason) puts
+// it in force for new snapshots only, and old ones deny with policy_drift.
 func TestReloadRaisingTheCap(t *testing.T) {
 	s := startSeedStack(t)
 	seed, err := os.ReadFile("../examples/demo/policy.yaml")
@@ -96,7 +96,8 @@ func TestReloadRaisingTheCap(t *testing.T) {
 		t.Fatalf("USD 300 after a refused reload: %q, want the old cap to hold", r)
 	}
 
-	out, err := exec.CommandContext(ctx, bins["capsnap"], "policy", "reload", "--admin", s.AdminAddr(), "--allow-loosening").CombinedOutput()
+	out, err := exec.CommandContext(ctx, bins["capsnap"], "policy", "reload", "--admin", s.AdminAddr(), "--allow-loosening",
+		"--by", "alice@acme.example", "--reason", "the cap goes to USD 500").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "policy reload: ok") {
 		t.Fatalf("capsnap policy reload --allow-loosening: %v\n%s", err, out)
 	}

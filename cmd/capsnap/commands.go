@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/capsnap/capsnap/audit"
-	"github.com/capsnap/capsnap/config"
 )
 
 // The command line, on github.com/spf13/cobra. Each command only reads its
@@ -338,23 +337,29 @@ evaluated without --args), 1 when it is denied.`,
 func newPolicyReloadCmd() *cobra.Command {
 	var o reloadOptions
 	c := &cobra.Command{
-		Use:                   "reload [--config FILE] [--admin ADDR] [--token-file FILE] [--allow-loosening]",
+		Use:                   "reload [--config FILE] [--admin ADDR] [--token-file FILE] [--allow-loosening --by WHO --reason WHY]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Ask a running capsnap to reload its policy",
 		Long: `Ask a running capsnap, on its admin listener, to reload its policy. Only this
 command, with --allow-loosening, can put in force a policy that loosens the
-one in force. With --config it reads capsnap's configuration for where to
-ask (admin_addr) and the token to ask with (admin.token_file).`,
-		Example: "  capsnap policy reload --config /etc/capsnap/capsnap.yaml\n  capsnap policy reload --admin 127.0.0.1:9002 --allow-loosening",
-		Args:    noArgs,
+one in force; --by and --reason say who accepts it and why, for the audit
+trail. The acceptance is recorded in the store for exactly the files that
+replica read, for 24h: every replica that shares the store puts the same
+files in force as it next polls them, and refuses any other. With --config
+it reads capsnap's configuration for where to ask (admin_addr) and the
+token to ask with (admin.token_file).`,
+		Example: `  capsnap policy reload --config /etc/capsnap/capsnap.yaml
+  capsnap policy reload --admin 127.0.0.1:9002 --allow-loosening \
+    --by alice@acme.example --reason 'INC-42: refunds up to USD 500 this week'`,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return policyReload(o, c.OutOrStdout())
 		},
 	}
-	c.Flags().StringVar(&o.admin, "admin", "", "capsnap's admin_addr (default: --config's, else "+config.Default().AdminAddr+")")
-	c.Flags().StringVar(&o.tokenFile, "token-file", "", "the file holding capsnap's admin token (default: --config's admin.token_file)")
-	c.Flags().StringVar(&o.config, "config", "", "capsnap's configuration file, for admin_addr and admin.token_file")
-	c.Flags().BoolVar(&o.loosen, "allow-loosening", false, "put the new policy in force even if it loosens the one in force")
+	adminFlags(c, &o.adminOptions)
+	c.Flags().BoolVar(&o.loosen, "allow-loosening", false, "put the new policy in force even if it loosens the one in force, on every replica")
+	c.Flags().StringVar(&o.by, "by", "", "with --allow-loosening, who accepts the looser policy")
+	c.Flags().StringVar(&o.reason, "reason", "", "with --allow-loosening, why")
 	return c
 }
 

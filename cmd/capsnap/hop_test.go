@@ -129,7 +129,7 @@ func TestAdminToken(t *testing.T) {
 		{"reload with a prefix of the token", "POST", "/policy/reload", "Bearer " + token[:40], http.StatusUnauthorized, false},
 		{"reload with the token as Basic", "POST", "/policy/reload", "Basic " + token, http.StatusUnauthorized, false},
 		{"reload with the token", "POST", "/policy/reload", bearer, http.StatusOK, true},
-		{"reload with the token, scheme in lower case", "POST", "/policy/reload?allow_loosening=true", "bearer " + token, http.StatusOK, true},
+		{"reload with the token, scheme in lower case", "POST", "/policy/reload?allow_loosening=true&by=alice&reason=INC-42", "bearer " + token, http.StatusOK, true},
 		{"reload by an unclean path", "POST", "//policy/../policy/reload", "", http.StatusUnauthorized, false},
 		{"another method on a GET endpoint", "DELETE", "/healthz", "", http.StatusUnauthorized, false},
 		{"profiles without a token", "GET", "/debug/pprof/", "", http.StatusUnauthorized, false},
@@ -180,6 +180,12 @@ func TestAdminWithoutToken(t *testing.T) {
 	if resp := r.do(t, "POST", "/policy/reload", ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST /policy/reload = %s", resp.Status)
 	}
+	// Who and why go with a loosening, and only with one.
+	for _, path := range []string{"/policy/reload?by=alice&reason=INC-42", "/policy/reload?allow_loosening=true&by=alice", "/policy/reload?allow_loosening=true&reason=INC-42"} {
+		if resp := r.do(t, "POST", path, ""); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST %s = %s, want 400", path, resp.Status)
+		}
+	}
 }
 
 // capsnap policy reload sends the token, from --token-file or from
@@ -204,8 +210,12 @@ func TestPolicyReloadCommand(t *testing.T) {
 	}{
 		{"without the token", []string{"--admin", addr}, exitFailure, "policy reload unauthorized: send Authorization: Bearer"},
 		{"with --token-file", []string{"--admin", addr, "--token-file", tokenFile}, exitOK, "policy reload: unchanged"},
-		{"with --config", []string{"--config", cfgFile, "--allow-loosening"}, exitOK, "policy reload: unchanged"},
+		{"with --config", []string{"--config", cfgFile, "--allow-loosening", "--by", "alice", "--reason", "INC-42"}, exitOK, "policy reload: unchanged"},
 		{"with --config and another token file", []string{"--config", cfgFile, "--token-file", cfgFile}, exitFailure, "cannot go in a header"},
+		{"loosening without --by", []string{"--config", cfgFile, "--allow-loosening", "--reason", "INC-42"}, exitUsage, "--allow-loosening needs --by and --reason"},
+		{"loosening without --reason", []string{"--config", cfgFile, "--allow-loosening", "--by", "alice"}, exitUsage, "--allow-loosening needs --by and --reason"},
+		{"--by without loosening", []string{"--config", cfgFile, "--by", "alice"}, exitUsage, "--by and --reason go with --allow-loosening"},
+		{"a reason the API refuses", []string{"--config", cfgFile, "--allow-loosening", "--by", "alice", "--reason", "a\x1b[2J"}, exitFailure, "policy reload bad_request: reason holds a control character"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -9,13 +9,13 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/capsnap/capsnap/catalog"
-	"github.com/capsnap/capsnap/config"
 	"github.com/capsnap/capsnap/policy"
 	"github.com/capsnap/capsnap/policytest"
 )
@@ -297,58 +297,33 @@ func report(w io.Writer, path string, res policytest.Result, verbose bool) {
 	}
 }
 
-// reloadOptions are policy reload's flags; admin and tokenFile are "" when
-// not given.
+// reloadOptions are policy reload's flags: where to ask, and whether a
+// person accepts a looser policy, who and why.
 type reloadOptions struct {
-	admin, tokenFile, config string
-	loosen                   bool
+	adminOptions
+	loosen     bool
+	by, reason string
 }
 
 // policyReload asks a running capsnap to reload its policy; only this
-// command (with --allow-loosening) can put a looser policy in force. With
-// --config it reads capsnap's own configuration for where to ask
-// (admin_addr, on loopback if it listens on every interface) and the token
-// to ask with (admin.token_file); --admin and --token-file override it.
+// command (with --allow-loosening, --by and --reason) can put a looser
+// policy in force, and every replica that shares its store then puts the
+// same files in force too.
 func policyReload(o reloadOptions, stdout io.Writer) error {
-	if o.config != "" {
-		cfg, err := config.Load(o.config)
-		if err != nil {
-			return err
-		}
-		if o.admin == "" {
-			o.admin = loopbackIfUnspecified(cfg.AdminAddr)
-		}
-		if o.tokenFile == "" {
-			o.tokenFile = cfg.Admin.TokenFile
-		}
+	q := url.Values{}
+	switch {
+	case o.loosen && (o.by == "" || o.reason == ""):
+		return usageError{"policy reload: --allow-loosening needs --by and --reason: who accepts the looser policy, and why, for the audit trail"}
+	case o.loosen:
+		q.Set("allow_loosening", "true")
+		q.Set("by", o.by)
+		q.Set("reason", o.reason)
+	case o.by != "" || o.reason != "":
+		return usageError{"policy reload: --by and --reason go with --allow-loosening"}
 	}
-	if o.admin == "" {
-		o.admin = config.Default().AdminAddr
-	}
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/policy/reload?allow_loosening=%t", o.admin, o.loosen), strings.NewReader("{}"))
-	if err != nil {
-		return usageError{fmt.Sprintf("policy reload: --admin %q: %v", o.admin, err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if o.tokenFile != "" {
-		tok, err := config.Admin{TokenFile: o.tokenFile}.ReadToken()
-		if err != nil {
-			return fmt.Errorf("policy reload: %w", err)
-		}
-		req.Header.Set("Authorization", "Bearer "+string(tok))
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("policy reload: %w", err)
-	}
-	defer resp.Body.Close()
-	var out struct{ Result, Error string }
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return fmt.Errorf("policy reload: %s: %w", resp.Status, err)
-	}
-	if out.Error != "" {
-		return errors.New("policy reload " + out.Result + ": " + out.Error)
+	var out struct{ Result string }
+	if err := o.ask("policy reload", http.MethodPost, "/policy/reload", q, &out); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, "policy reload:", out.Result)
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -217,21 +218,42 @@ func adminMux(cat *catalog.Catalog, reg *prometheus.Registry, srv *decide.Server
 		log.Warn().Str("path", "/debug/pprof/").Msg("debug.pprof is on: profiles are served on the admin listener")
 	}
 	// The one way to loosen the policy in force: an explicit request on
-	// the admin listener (loopback by default), logged with its result.
+	// the admin listener (loopback by default) that says who accepts it
+	// and why, logged with its result, and recorded in the store for
+	// every replica that shares it (decide.Server.Reload).
 	mux.HandleFunc("POST /policy/reload", func(w http.ResponseWriter, r *http.Request) {
-		loosen := r.URL.Query().Get("allow_loosening") == "true"
-		result, err := srv.Reload(policyFile, loosen)
+		q := r.URL.Query()
+		loosen := q.Get("allow_loosening") == "true"
+		var accept *decide.Signoff
+		if loosen {
+			accept = &decide.Signoff{By: q.Get("by"), Reason: q.Get("reason")}
+		}
+		result, status, err := "bad_request", http.StatusBadRequest, error(nil)
+		switch {
+		case !loosen && (q.Has("by") || q.Has("reason")):
+			err = errors.New("by and reason say who accepts a looser policy, and why: they go with allow_loosening=true")
+		case loosen:
+			err = accept.Check()
+		}
+		if err == nil {
+			result, err = srv.Reload(policyFile, accept)
+			status = http.StatusConflict
+			if result == decide.ReloadUnrecorded {
+				status = http.StatusServiceUnavailable
+			}
+		}
 		ev := log.Info()
 		if err != nil {
 			ev = log.Error().Err(err)
 		}
+		if loosen {
+			ev = ev.Str("by", accept.By).Str("reason", accept.Reason)
+		}
 		ev.Str("trigger", "admin").Bool("allow_loosening", loosen).Str("result", result).Msg("policy reload requested")
 		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			w.WriteHeader(http.StatusConflict)
-		}
 		msg := ""
 		if err != nil {
+			w.WriteHeader(status)
 			msg = err.Error()
 		}
 		_ = json.NewEncoder(w).Encode(map[string]string{"result": result, "error": msg})
