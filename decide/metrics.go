@@ -29,8 +29,9 @@ type Metrics struct {
 	// deliveries and withheld count the response path; unbound the
 	// listings whose response never came back through it.
 	deliveries, withheld, unbound *prometheus.CounterVec
-	// limits counts budgets' and rate limits' reservations and refusals.
-	limits *prometheus.CounterVec
+	// limits counts budgets' and rate limits' reservations and refusals;
+	// resets, the resets of their counters an operator asked for.
+	limits, resets *prometheus.CounterVec
 }
 
 type decisionLabels struct{ decision, reason, serverID, effect, mode string }
@@ -107,7 +108,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:      "limit_decisions_total",
 		Help:      "Calls counted against a budget or rate limit, by kind (budget, rate_limit), the name the policy gives it, and result: reserved (the call fit and took its amount) or exhausted (it did not, and was denied).",
 	}, []string{"kind", "name", "result"})
-	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld, m.unbound, m.limits)
+	m.resets = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "capsnap",
+		Name:      "limit_resets_total",
+		Help:      "Counters of a budget or rate limit an operator reset (capsnap budgets reset), by kind (budget, rate_limit) and the name the policy gives it; each is audited with who and why.",
+	}, []string{"kind", "name"})
+	reg.MustRegister(m.decisions, m.latency, m.reloads, m.policy, m.minted, m.invalid, lookups, m.deliveries, m.withheld, m.unbound, m.limits, m.resets)
 	return m
 }
 
@@ -136,6 +142,12 @@ func (m *Metrics) lookedUp(hit bool) {
 func (m *Metrics) reloaded(result string) {
 	if m != nil {
 		m.reloads.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) counterReset(kind, name string) {
+	if m != nil {
+		m.resets.WithLabelValues(kind, name).Inc()
 	}
 }
 

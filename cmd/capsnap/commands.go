@@ -63,7 +63,7 @@ func newRootCmd(stdout, stderr io.Writer) (root *cobra.Command, ran *bool) {
 	root.SetVersionTemplate("capsnap {{.Version}}\n")
 	root.AddCommand(
 		newServeCmd(), newCheckCmd(), newDigestCmd(), newLockCmd(),
-		newPolicyCmd(), newKeysCmd(), newAuditCmd(), newApprovalsCmd(), newVersionCmd(),
+		newPolicyCmd(), newKeysCmd(), newAuditCmd(), newApprovalsCmd(), newBudgetsCmd(), newVersionCmd(),
 	)
 	// cobra adds help and completion itself when it executes; added now,
 	// they get examples too, and help an exit code for an unknown topic.
@@ -159,7 +159,8 @@ func newServeCmd() *cobra.Command {
 		DisableFlagsInUseLine: true,
 		Short:                 "Run the ext_authz and ext_proc gRPC server",
 		Long: `Run the ext_authz and ext_proc gRPC server and the admin listener, until
-SIGINT or SIGTERM; SIGHUP reloads the policy, never loosening it.`,
+SIGINT or SIGTERM; SIGHUP reloads the policy, never loosening it unless a
+person accepted exactly those files (capsnap policy reload).`,
 		Example: "  capsnap serve --config /etc/capsnap/capsnap.yaml",
 		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

@@ -117,10 +117,11 @@ func (h *hop) guardAdmin(mux *http.ServeMux) http.Handler {
 
 // needsToken says which admin requests the token guards: every one that
 // is not a GET (POST /policy/reload, and whatever a later endpoint
-// changes), and the profiles, which show the heap. The probes, the
-// metrics, the catalog view and the public keys stay open.
+// changes), the profiles, which show the heap, and the budgets, which
+// show a principal's calls. The probes, the metrics, the catalog view and
+// the public keys stay open.
 func needsToken(method, pattern string) bool {
-	return (method != http.MethodGet && method != http.MethodHead) || strings.HasPrefix(pattern, "GET /debug/pprof/")
+	return (method != http.MethodGet && method != http.MethodHead) || strings.HasPrefix(pattern, "GET /debug/pprof/") || pattern == "GET /budgets"
 }
 
 // authorize checks the request's bearer token against the token file, read

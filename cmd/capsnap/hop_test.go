@@ -72,7 +72,9 @@ func newAdminRig(t *testing.T, tokenFile string) *adminRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(h.guardAdmin(adminMux(cat, prometheus.NewRegistry(), srv, cfg.PolicyFile, true, log)))
+	mux := adminMux(cat, prometheus.NewRegistry(), srv, cfg.PolicyFile, true, log)
+	serveBudgets(mux, srv, log)
+	ts := httptest.NewServer(h.guardAdmin(mux))
 	t.Cleanup(ts.Close)
 	return &adminRig{url: ts.URL, tokenFile: tokenFile, logs: logs}
 }
@@ -107,8 +109,9 @@ func writeToken(t *testing.T, path, token string) {
 	}
 }
 
-// With admin.token_file, every admin request that is not a GET and the
-// profiles need the token; the probes, metrics and catalog view do not.
+// With admin.token_file, every admin request that is not a GET, the
+// profiles and the budgets need the token; the probes, metrics and catalog
+// view do not.
 func TestAdminToken(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "admin.token")
@@ -134,6 +137,9 @@ func TestAdminToken(t *testing.T) {
 		{"another method on a GET endpoint", "DELETE", "/healthz", "", http.StatusUnauthorized, false},
 		{"profiles without a token", "GET", "/debug/pprof/", "", http.StatusUnauthorized, false},
 		{"profiles with the token", "GET", "/debug/pprof/cmdline", bearer, http.StatusOK, false},
+		{"budgets without a token", "GET", "/budgets?principal=p&server=billing&tool=refund", "", http.StatusUnauthorized, false},
+		{"budgets with the token", "GET", "/budgets?principal=spiffe://acme/agent/support-refund&server=billing&tool=refund", bearer, http.StatusOK, false},
+		{"a budget reset without a token", "POST", "/budgets/reset?principal=p&server=billing&tool=refund&rule=r&by=b&reason=r", "", http.StatusUnauthorized, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := r.reloads()

@@ -197,6 +197,7 @@ func TestCommands(t *testing.T) {
 		{"audit", "verify", "--jwks", auditData + "jwks.json", nope},
 		{"audit", "query", nope},
 		{"approvals", "list", "--url", "http://127.0.0.1:1", "--token-file", nope},
+		{"budgets", "show", "--config", nope, "--principal", "p", "--server", "s", "--tool", "t"},
 	} {
 		tests = append(tests, commandTest{"unreadable: " + strings.Join(args, " "), args, exitFailure, "", "open " + nope})
 	}

@@ -163,6 +163,7 @@ func newService(cfg config.Config, stdout, stderr io.Writer) (_ *service, err er
 	healthpb.RegisterHealthServer(s.gs, s.hs)
 	mux := adminMux(s.cat, reg, s.srv, cfg.PolicyFile, cfg.Debug.Pprof, s.log)
 	serveJWKS(mux, s.keys)
+	serveBudgets(mux, s.srv, s.log)
 	s.admin = &http.Server{Handler: s.hop.guardAdmin(mux), ReadHeaderTimeout: 5 * time.Second}
 	return s, s.listen()
 }
