@@ -13,5 +13,8 @@
 // stream.go (every other answer) and release.go (what a failed call gives
 // back). What the decision decides with (the catalog, the store of record,
 // the approvals, the envelope signer) are the ports of ports.go; the policy
-// and lockfile in force are rules.go's, reloaded by reload.go.
+// and lockfile in force are rules.go's, reloaded by reload.go, which puts a
+// looser one in force on a person's acceptance, for every replica that
+// shares the store. budgets.go reads and resets the budgets' counters for
+// an operator.
 package decide
