@@ -340,3 +340,11 @@ func TestWatchPolicyRefusesOnce(t *testing.T) {
 		t.Errorf("refusals counted %v, want 2", got)
 	}
 }
+
+// The rules' source hash is of the two files apart: bytes moved from the
+// end of the policy to the start of the lockfile are other sources.
+func TestSourceHashKeepsTheFilesApart(t *testing.T) {
+	if hashSources([]byte("ab"), []byte("c")) == hashSources([]byte("a"), []byte("bc")) {
+		t.Fatal("ab+c and a+bc hash alike")
+	}
+}

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -22,21 +23,30 @@ type Rules struct {
 	source [sha256.Size]byte
 }
 
-// LoadRules reads the policy at path and the lockfile it names.
+// LoadRules reads the policy at path and the lockfile it names. Each file
+// is read once: what is parsed is what is hashed, so a file replaced
+// between the two cannot leave the hash naming other bytes than the rules
+// in force (a fleet's accepted loosening is keyed by it).
 func LoadRules(path string) (*Rules, error) {
-	p, err := policy.Load(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	p, err := policy.ParseFile(path, data)
 	if err != nil {
 		return nil, err
 	}
 	r := &Rules{Policy: p}
-	if r.source, err = sourceHash(path, p.Lockfile()); err != nil {
-		return nil, fmt.Errorf("load rules: %w", err)
-	}
+	var lock []byte
 	if lf := p.Lockfile(); lf != "" {
-		if r.Lock, err = lockfile.Load(lf); err != nil {
+		if lock, err = os.ReadFile(lf); err != nil {
+			return nil, fmt.Errorf("load lockfile: %w", err)
+		}
+		if r.Lock, err = lockfile.ParseFile(lf, lock); err != nil {
 			return nil, err
 		}
 	}
+	r.source = hashSources(data, lock)
 	return r, nil
 }
 
@@ -53,22 +63,33 @@ func (r *Rules) ServedBy(servers []string) error {
 	return nil
 }
 
-// sourceHash hashes the policy file and, if there is one, its lockfile.
+// sourceHash hashes the policy file and, if there is one, its lockfile,
+// as LoadRules does: to tell a real change from a touch without parsing.
 func sourceHash(path, lockPath string) ([sha256.Size]byte, error) {
-	var sum [sha256.Size]byte
-	h := sha256.New()
-	for _, f := range []string{path, lockPath} {
-		if f == "" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return sum, err
-		}
-		h.Write(data)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
 	}
+	var lock []byte
+	if lockPath != "" {
+		if lock, err = os.ReadFile(lockPath); err != nil {
+			return [sha256.Size]byte{}, err
+		}
+	}
+	return hashSources(data, lock), nil
+}
+
+// hashSources hashes the policy's bytes and the lockfile's, each after its
+// length, so that no two pairs of files share a hash by where one ends.
+func hashSources(policyBytes, lockBytes []byte) [sha256.Size]byte {
+	h := sha256.New()
+	for _, b := range [][]byte{policyBytes, lockBytes} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	return sum, nil
+	return sum
 }
 
 // admit is the one answer to "may p call tool on server, as defined at

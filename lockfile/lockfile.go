@@ -91,6 +91,11 @@ func Load(path string) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load lockfile: %w", err)
 	}
+	return ParseFile(path, data)
+}
+
+// ParseFile is Load of data, the bytes read from path.
+func ParseFile(path string, data []byte) (*Lock, error) {
 	l, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("load lockfile %s: %w", path, err)

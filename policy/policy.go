@@ -328,6 +328,12 @@ func Load(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
 	}
+	return ParseFile(path, data)
+}
+
+// ParseFile is Load of data, the bytes read from path: a lockfile it names
+// by a relative path is relative to path's directory.
+func ParseFile(path string, data []byte) (*Policy, error) {
 	p, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("load policy %s: %w", path, err)
