@@ -105,6 +105,7 @@ func (s *Store) check(ctx context.Context) {
 		s.fail("probe", err)
 		return
 	}
+	s.reported.Store(true)
 	if !s.healthy.Swap(true) {
 		s.o.Log.Info().Str("addr", s.where).Msg("snapshot store available")
 	}
@@ -127,7 +128,9 @@ func (s *Store) fail(op string, err error) {
 	s.metrics.failures.WithLabelValues(op).Inc()
 	s.setErr(fmt.Errorf("%s: %w", op, err))
 	s.dirty.Add(1)
-	if s.healthy.Swap(false) {
+	// Said when the store goes, and once if it never came: a replica
+	// started while Redis is down must say so, not only fail readiness.
+	if s.healthy.Swap(false) || !s.reported.Swap(true) {
 		s.o.Log.Error().Err(err).Str("op", op).Str("addr", s.where).Msg("snapshot store unavailable: denying every tools/list and tools/call until it answers")
 	}
 	s.metrics.up.Set(0)

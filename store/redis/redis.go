@@ -139,6 +139,9 @@ type Store struct {
 	// healthy is false from a failed probe or operation until a probe and
 	// a resync succeed.
 	healthy atomic.Bool
+	// reported is set once the store's health has been said: available,
+	// or unavailable from the start.
+	reported atomic.Bool
 	// dirty counts the signs that the view may be stale (the sequence key
 	// changed, a connection dropped); synced is the count the view was
 	// read at. The view is current while they are equal.

@@ -420,6 +420,34 @@ func TestRedisGoneAndBackEmpty(t *testing.T) {
 	storetest.Put(t, a, storetest.Snapshot("agent", "billing", "", time.Minute))
 }
 
+// A replica started while Redis is down says so, at error, once: the trial
+// that found this saw only an approval sweep's warning.
+func TestRedisDownAtStartIsSaid(t *testing.T) {
+	r := testbed.StartRedis(t)
+	addr := r.Addr()
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var log lockedWriter
+	s, err := redis.Open(redis.Options{
+		Addr: addr, Secret: secret, Timeout: 100 * time.Millisecond, ProbeInterval: 20 * time.Millisecond,
+		Retain: time.Minute, MaxLocal: 100, Log: zerolog.New(&log), Audit: zerolog.Nop(), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const said = "snapshot store unavailable"
+	waitFor(t, "the store to say it is unavailable", func() bool { return strings.Contains(log.String(), said) })
+	time.Sleep(200 * time.Millisecond) // ten more failed probes
+	if n := strings.Count(log.String(), said); n != 1 {
+		t.Errorf("said %d times, want once:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), `"level":"error"`) {
+		t.Errorf("not at error:\n%s", log.String())
+	}
+}
+
 // A stalled Redis is unavailable once an operation outlasts the timeout;
 // an invalidation made meanwhile is written when Redis answers again, and
 // the store stays unavailable until it is.
