@@ -97,6 +97,11 @@ type ResponseHead struct {
 	CapsnapHeaders []string
 	// Session is the Mcp-Session-Id the server answered with, if any.
 	Session string
+	// ID is the JSON-RPC id of the request this answers (Outcome.ID),
+	// which an error that takes the place of the whole answer, or of an
+	// event of it, carries; nil for a GET stream's, a batch's, or a
+	// notification's.
+	ID json.RawMessage
 }
 
 // Delivery is the decision on one tools/list response.

@@ -105,12 +105,20 @@ func FuzzCheck(f *testing.F) {
 		// The pins go once, in the upstream headers, which Envoy's
 		// header_to_metadata copies into the metadata after ext_authz
 		// (the tool as mcp_name too): an allowed call's metadata is its
-		// decision and its method alone.
+		// decision and its method alone, and the request's id, which
+		// ext_proc answers if it withholds the answer.
 		if tool, ok := md["tool"]; ok {
 			t.Fatalf("metadata repeats tool %q, which the upstream headers pin as %q", tool.GetStringValue(), pinned)
 		}
-		if pinned != "" && (len(md) != 3 || md["reason"].GetStringValue() != "ok" || md["mcp_method"].GetStringValue() != "tools/call") {
-			t.Fatalf("an allowed call's metadata is %v, want decision, reason and mcp_method tools/call alone", md)
+		entries := 3
+		if _, ok := md["jsonrpc_id"]; ok {
+			entries = 4
+		}
+		if pinned != "" && (len(md) != entries || md["reason"].GetStringValue() != "ok" || md["mcp_method"].GetStringValue() != "tools/call") {
+			t.Fatalf("an allowed call's metadata is %v, want decision, reason and mcp_method tools/call alone, and jsonrpc_id", md)
+		}
+		if id, ok := md["jsonrpc_id"]; ok && !json.Valid([]byte(id.GetStringValue())) {
+			t.Fatalf("jsonrpc_id %q is not the request's JSON id", id.GetStringValue())
 		}
 		var audit struct {
 			Decision string `json:"decision"`

@@ -85,6 +85,10 @@ type Outcome struct {
 	// Observed is the denial config.ModeObserve did not enforce: the
 	// request passes as if nothing had been verified, with no pin.
 	Observed *deny.Error
+	// ID is the JSON-RPC id of a request of one message that has one:
+	// what an error written in place of its whole answer answers
+	// (ResponseHead.ID), so that the client takes it for that answer.
+	ID json.RawMessage
 	// ElicitsURL marks an allowed initialize whose client declared
 	// URL-mode elicitation: its answer's session is one an approval is
 	// asked of as an elicitation (Server.Elicits).
@@ -104,6 +108,9 @@ func (o *Outcome) Pinned() bool { return o.Denial == nil && o.Observed == nil &&
 // outcome completes d's Outcome from what the decision learned.
 func (d *decision) outcome(form config.Denials) {
 	d.Session, d.ProtocolVersion = d.session, string(d.version)
+	if !d.batch {
+		d.ID = d.id
+	}
 	if d.snapshot != nil {
 		d.Epoch, d.ValidUntil = d.snapshot.Epoch, d.snapshot.ValidUntil
 	}

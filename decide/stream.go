@@ -63,14 +63,14 @@ func (s *Server) screen(serverID string, head ResponseHead, content []byte) Scre
 	var out []byte
 	switch {
 	case mcpparse.Encoded(head.ContentEncoding):
-		return s.withheldWhole(serverID, deny.Errorf(deny.MalformedResponse,
+		return s.withheldWhole(serverID, head.ID, deny.Errorf(deny.MalformedResponse,
 			"a %s-encoded answer, which a client decompresses and could read a tools/list result in: capsnap never guesses at what a decompressor would deliver", head.ContentEncoding))
 	case framing == mcpparse.FramingSSE:
 		out = mcpparse.WithholdEventListings(content, s.limits.MaxDepth, unbound)
 	case framing == mcpparse.FramingJSON:
 		out = mcpparse.WithholdListings(content, s.limits.MaxDepth, unbound)
 	case mcpparse.OtherMayName(head.ContentType, content, "tools"):
-		return s.withheldWhole(serverID, deny.Errorf(deny.MalformedResponse,
+		return s.withheldWhole(serverID, head.ID, deny.Errorf(deny.MalformedResponse,
 			"an answer of Content-Type %q, which MCP clients read differently (as JSON, as an event stream, in another charset), could hold a tools/list result: it is withheld whole", head.ContentType))
 	default:
 		return Screened{Content: content}
@@ -91,16 +91,16 @@ const (
 // Oversized withholds whole the event (or the body) of an answer that is
 // not a tools/list's own which outgrew discovery.max_response_bytes before
 // it ended: capsnap cannot screen what it cannot hold, and passes none of
-// it. The error that takes its place is one event of the stream for an
-// event stream, the body for a JSON one, and the whole answer (Whole) for
-// any other framing.
+// it. The error that takes its place, for the request's id (head.ID; null
+// on a GET stream), is one event of the stream for an event stream, the
+// body for a JSON one, and the whole answer (Whole) for any other framing.
 func (s *Server) Oversized(serverID string, head ResponseHead) Screened {
 	framing := mcpparse.FramingOf(head.ContentType)
 	what := "an answer"
 	if framing == mcpparse.FramingSSE {
 		what = "an event"
 	}
-	body := s.withholdAnswer(serverID, nil, deny.Errorf(deny.MalformedResponse,
+	body := s.withholdAnswer(serverID, head.ID, deny.Errorf(deny.MalformedResponse,
 		"%s over discovery.max_response_bytes %d, which capsnap cannot screen whole: it is withheld, none of it passed", what, s.maxResponse))
 	if s.observe[serverID] {
 		// An observed server's answer passes unscreened; the withholding
@@ -134,8 +134,8 @@ func (s *Server) Passed(serverID string, whole bool) {
 	}
 }
 
-func (s *Server) withheldWhole(serverID string, why *deny.Error) Screened {
-	return Screened{Content: s.withholdAnswer(serverID, nil, why), Withheld: 1, Whole: true}
+func (s *Server) withheldWhole(serverID string, id []byte, why *deny.Error) Screened {
+	return Screened{Content: s.withholdAnswer(serverID, id, why), Withheld: 1, Whole: true}
 }
 
 // withholdAnswer audits and counts one withholding on the response path, and

@@ -69,6 +69,12 @@ func TestScreen(t *testing.T) {
 			content: "data: " + listing + "\n\n", want: []string{malformed}, withheld: 1, whole: true, notIncluded: "ghost"},
 		{name: "events with no content type", head: ResponseHead{Status: 200},
 			content: "data: " + listing + "\n\n", want: []string{malformed}, withheld: 1, whole: true, notIncluded: "ghost"},
+		// The answer to a request with an id: the error in its place
+		// answers that id, so that the client takes it for its answer.
+		{name: "a call's answer withheld whole", head: ResponseHead{Status: 200, ContentType: "text/plain", ID: json.RawMessage(`"call-9"`)},
+			content: "data: " + listing + "\n\n", want: []string{strings.Replace(malformed, `"id":null`, `"id":"call-9"`, 1)}, withheld: 1, whole: true, notIncluded: "ghost"},
+		{name: "a call's compressed answer", head: ResponseHead{Status: 200, ContentType: jsonHead, ContentEncoding: "br", ID: json.RawMessage(`12`)}, content: "\x1f",
+			want: []string{strings.Replace(malformed, `"id":null`, `"id":12`, 1)}, withheld: 1, whole: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,9 +166,16 @@ func TestOversized(t *testing.T) {
 		{"text/event-stream", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", false},
 		{"application/json", "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", false},
 		{"text/plain", "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-31000,", true},
+		// The answer to a request with an id: the error answers it.
+		{"application/json; id", "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-31000,", false},
+		{"text/event-stream; id", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-31000,", false},
 	} {
 		f := newFixture(t)
-		r := f.Oversized("billing", ResponseHead{Status: 200, ContentType: c.ct})
+		head := ResponseHead{Status: 200, ContentType: c.ct}
+		if ct, ok := strings.CutSuffix(c.ct, "; id"); ok {
+			head.ContentType, head.ID = ct, json.RawMessage(`5`)
+		}
+		r := f.Oversized("billing", head)
 		if !strings.HasPrefix(string(r.Content), c.prefix) || r.Whole != c.whole || r.Withheld != 1 || !strings.Contains(string(r.Content), "max_response_bytes") {
 			t.Errorf("%s: %+v", c.ct, r)
 		}

@@ -153,6 +153,7 @@ func TestFramingsOnEveryStream(t *testing.T) {
 				t.Fatalf("the listing reached the client:\n%q", body)
 			}
 			var e struct {
+				ID    json.RawMessage `json:"id"`
 				Error struct {
 					Code int `json:"code"`
 					Data struct {
@@ -163,6 +164,11 @@ func TestFramingsOnEveryStream(t *testing.T) {
 			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/json" ||
 				json.Unmarshal(body, &e) != nil || e.Error.Code != -31000 || e.Error.Data.Reason != "malformed_response" {
 				t.Fatalf("status %d, %s:\n%s\nwant a 502 with capsnap's malformed_response", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			// The error answers the request it takes the answer of: the
+			// ping's id 5; a GET stream's answers no request, null.
+			if want := map[string]string{http.MethodPost: "5", http.MethodGet: "null"}[tt.method]; string(e.ID) != want {
+				t.Fatalf("the error answers id %s, want %s:\n%s", e.ID, want, body)
 			}
 			waitMetric(t, s, "capsnap_deliveries_total", "result", "malformed_response", before+1)
 		})

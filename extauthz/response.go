@@ -61,8 +61,19 @@ func response(o *decide.Outcome, pins *pinHeaders) *authv3.CheckResponse {
 // answer 265 of its ~700 bytes, which Envoy decodes on every call
 // (BENCHMARKS.md).
 func metadata(o *decide.Outcome) protoreflect.RawFields {
+	// jsonrpc_id is for ext_proc: an error written in place of the
+	// answer's whole body (or an event of it) answers the request's id. An
+	// id longer than any client makes is left out; that error is then for
+	// id null.
+	id := ""
+	if len(o.ID) <= maxLogValue {
+		id = string(o.ID)
+	}
 	if o.Pinned() && o.Release == "" {
-		return allowedCallMetadata
+		if id == "" {
+			return allowedCallMetadata
+		}
+		return metadataField(entry{"decision", "allow"}, entry{"reason", "ok"}, entry{"mcp_method", "tools/call"}, entry{"jsonrpc_id", id})
 	}
 	// An observed denial is logged as the allow it was, with the reason it
 	// would have been denied for, not enforced.
@@ -88,6 +99,7 @@ func metadata(o *decide.Outcome) protoreflect.RawFields {
 		// elicitation, on an initialize whose client takes URL-mode
 		// elicitations, has ext_proc tell Elicits its answer's session.
 		entry{"elicitation", elicitation(o)},
+		entry{"jsonrpc_id", id},
 	)
 }
 

@@ -20,6 +20,7 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strconv"
@@ -103,7 +104,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// elicits says the Check let through an initialize whose client
 		// takes URL elicitations, which its answer's session then does.
 		elicits bool
-		sc      *screen
+		// id is the JSON-RPC id of the request the answer is to, which
+		// an error written in its place answers (decide.ResponseHead.ID).
+		id json.RawMessage
+		sc *screen
 		// answered says a tools/list's own answer came back through the
 		// response path, and delivered that its body reached Deliver;
 		// headed that any answer's headers came.
@@ -153,6 +157,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			server = md.GetFields()["server_id"].GetStringValue()
 			release = md.GetFields()["release"].GetStringValue()
 			elicits = md.GetFields()["elicitation"].GetStringValue() == "url"
+			id = requestID(md.GetFields()["jsonrpc_id"].GetStringValue())
 		}
 		// resps answer req; last says they end the stream.
 		var (
@@ -168,6 +173,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			resps = append(resps, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			head, headed = responseHead(r.ResponseHeaders.GetHeaders()), true
+			head.ID = id
 			if elicits && head.Status/100 == 2 {
 				s.decider.Elicits(head.Session)
 			}
@@ -430,4 +436,14 @@ func deliverySpan(span trace.Span, out *decide.Delivery) {
 			span.SetAttributes(attribute.String("capsnap.epoch", h[1]))
 		}
 	}
+}
+
+// requestID is the JSON-RPC id the Check left in the metadata, if it is
+// one (a number or a string): what Envoy forwards is capsnap's own, but a
+// value that is not an id is not written into an answer.
+func requestID(v string) json.RawMessage {
+	if v == "" || !json.Valid([]byte(v)) || (v[0] != '"' && v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		return nil
+	}
+	return json.RawMessage(v)
 }

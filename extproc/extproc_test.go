@@ -36,6 +36,8 @@ type recorder struct {
 	// the server it was given.
 	screened []string
 	server   string
+	// screenedID is the request id the last Screen's head carried.
+	screenedID string
 	// settled is what Settle was given, one entry a call, with its
 	// ticket; Settle finds the response in content that says ANSWER.
 	settled []string
@@ -62,7 +64,7 @@ func (r *recorder) Settle(ticket string, _ decide.ResponseHead, content []byte) 
 // withholds a listing.
 func (r *recorder) Screen(server string, head decide.ResponseHead, content []byte) decide.Screened {
 	r.screened = append(r.screened, string(content))
-	r.server = server
+	r.server, r.screenedID = server, string(head.ID)
 	switch {
 	case mcpparse.Encoded(head.ContentEncoding):
 		return decide.Screened{Content: []byte(`{"REFUSED":"encoded"}`), Withheld: 1, Whole: true}

@@ -372,3 +372,35 @@ func TestScreenedBodyEndedByTrailers(t *testing.T) {
 		t.Fatal("the trailers were not answered")
 	}
 }
+
+// The answer's head carries the JSON-RPC id the Check left in the
+// metadata, which an error written in the answer's place answers; a value
+// that is not an id (a number or a string) is not carried.
+func TestScreenedAnswerCarriesTheRequestID(t *testing.T) {
+	for _, tt := range []struct{ metadata, want string }{
+		{`7`, `7`},
+		{`"call-1"`, `"call-1"`},
+		{`-2.5`, `-2.5`},
+		{``, ``},
+		{`{"a":1}`, ``},
+		{`null`, ``},
+		{`7 8`, ``},
+	} {
+		rec := &recorder{}
+		s := stream(t, rec)
+		head := screenedHeaders(false, false, ":status", "200", "content-type", "application/json")
+		body := screenedBody(`{"jsonrpc":"2.0","id":7,"result":{}}`, true)
+		if tt.metadata != "" {
+			for _, req := range []*extprocv3.ProcessingRequest{head, body} {
+				req.MetadataContext.FilterMetadata[MetadataNamespace].Fields["jsonrpc_id"] = structpb.NewStringValue(tt.metadata)
+			}
+		}
+		sendAll(t, s, head, body)
+		recv(t, s)
+		recv(t, s)
+		if rec.screenedID != tt.want {
+			t.Errorf("metadata jsonrpc_id %q: the screened head carries %q, want %q", tt.metadata, rec.screenedID, tt.want)
+		}
+	}
+}
+
