@@ -403,4 +403,3 @@ func TestScreenedAnswerCarriesTheRequestID(t *testing.T) {
 		}
 	}
 }
-
