@@ -212,6 +212,12 @@ func TestReloadRefusesSilentLoosening(t *testing.T) {
 	if r, err := f.Reload(path, nil); r != ReloadInvalid || err == nil || !strings.Contains(err.Error(), `server "biling" is not configured (did you mean "billing"?)`) {
 		t.Fatalf("reload naming an unknown server: %s, %v", r, err)
 	}
+	// An argument the live refund does not declare would deny every
+	// call: refused as capsnap check --connect refuses it.
+	write([]byte(strings.Replace(string(base), "args.amount <= 250", "args.ammount <= 250", 1)))
+	if r, err := f.Reload(path, nil); r != ReloadInvalid || err == nil || !strings.Contains(err.Error(), "reads args.ammount, which the input schema of billing/refund does not declare") {
+		t.Fatalf("reload reading an argument refund lacks: %s, %v", r, err)
+	}
 	raised := []byte(strings.Replace(string(base), "args.amount <= 250", "args.amount <= 500", 1))
 	write(raised)
 	if r, err := f.Reload(path, nil); r != ReloadLoosening || err == nil || !strings.Contains(err.Error(), "usd_cap_250") {

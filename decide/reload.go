@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -96,6 +97,9 @@ func (s *Server) reload(path string, accept *Signoff) (result, source string, er
 	next, err := LoadRules(path)
 	if err == nil {
 		err = next.ServedBy(slices.Sorted(maps.Keys(s.servers)))
+	}
+	if err == nil {
+		err = s.readsLiveArguments(next)
 	}
 	if err != nil {
 		return ReloadInvalid, "", err
@@ -238,3 +242,25 @@ func logReload(log zerolog.Logger, why, path string, s *Server) (result, source 
 	}
 	return result, source
 }
+
+// readsLiveArguments refuses rules with an expression that reads an
+// argument the live definition of a tool it applies to does not declare
+// (policy.LintArguments: args.ammount for amount), which would deny every
+// call to it: the rules in force stay, as capsnap check --connect would
+// have said. A tool whose catalog capsnap cannot see now is not held to
+// it.
+func (s *Server) readsLiveArguments(r *Rules) error {
+	schemas := func(server, tool string) (json.RawMessage, bool) {
+		list, _, err := s.catalog.Lookup(server)
+		if err != nil || list == nil {
+			return nil, false
+		}
+		t, ok := list.Tools[tool]
+		return t.InputSchema, ok && t.InputSchema != nil
+	}
+	if found := policy.LintArguments(r.Policy, schemas); len(found) > 0 {
+		return fmt.Errorf("policy: %s", strings.Join(found, "; "))
+	}
+	return nil
+}
+
