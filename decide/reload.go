@@ -263,4 +263,3 @@ func (s *Server) readsLiveArguments(r *Rules) error {
 	}
 	return nil
 }
-
