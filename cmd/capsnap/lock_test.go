@@ -285,7 +285,7 @@ func TestCheckConnect(t *testing.T) {
 		"tools[0].constraints[0].expr: reads args.amount_usd, which the input schema of billing/refund does not declare (it declares amount, order_id)",
 		"tools[0].budgets[0].amount: reads args.amount_usd",
 		`server billing serves tool "wipe_ledger", which the policy does not classify`,
-		"check: " + cfg + ": 3 errors",
+		"check: " + policy + ": 3 errors",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("check --connect: stderr lacks %q", want)

@@ -62,7 +62,7 @@ func TestCommands(t *testing.T) {
 		{"check a policy under change control, approvals off", []string{"check", "--config", "testdata/changes-off.yaml"}, exitFailure, "^$",
 			"puts tools under change control, whose changes wait for reviewers, but approvals.addr is not set"},
 		{"check an argument no tool has", []string{"check", "--config", "testdata/typo.yaml"}, exitFailure, "^$",
-			"error: testdata/typo.yaml: tools[0].constraints[0].expr: reads args.amount_usd, which the input schema of billing/refund does not declare (it declares amount, order_id, reason_code)"},
+			"error: testdata/typo-policy.yaml: tools[0].constraints[0].expr: reads args.amount_usd, which the input schema of billing/refund does not declare (it declares amount, order_id, reason_code)"},
 		{"check without config", []string{"check"}, exitUsage, "", "exactly --config FILE is required"},
 		{"check the shipped envoy", []string{"check", "--config", "testdata/demo.yaml", "--envoy", "../../envoy/demo.yaml"}, exitOK,
 			`ok \(2 servers, policy sha256:[0-9a-f]{64}, \.\./\.\./envoy/demo\.yaml: 0 warnings\)`, ""},

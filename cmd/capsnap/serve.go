@@ -68,11 +68,12 @@ func check(path, envoyPath string, connect bool, timeout time.Duration, stdout, 
 	if err != nil {
 		return err
 	}
+	// Each names a field of the policy, which it is held to the tools by.
 	for _, p := range problems {
-		fmt.Fprintf(stderr, "error: %s: %s\n", path, p)
+		fmt.Fprintf(stderr, "error: %s: %s\n", cfg.PolicyFile, p)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("check: %s: %s", path, countOf(len(problems), "error"))
+		return fmt.Errorf("check: %s: %s", cfg.PolicyFile, countOf(len(problems), "error"))
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d servers, policy %s%s%s)\n", path, len(cfg.Servers), set.rules.Policy.Digest(), toolsNote, envoyNote)
 	return nil
