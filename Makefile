@@ -131,7 +131,7 @@ bench-smoke: redis
 # report a bare "context deadline exceeded" failure when a duration runs
 # out on a loaded machine (go.dev/issue/75804, fixed in Go 1.27).
 FUZZTIME ?= 20000x
-FUZZ_TARGETS := mcpparse:FuzzParse mcpparse:FuzzCarriesResult mcpparse:FuzzWithholdListings mcpparse:FuzzReadDelivery mcpparse:FuzzCheckJSON mcpparse:FuzzDecodeObject mcpparse:FuzzToolDigest mcpparse:FuzzFailed policy:FuzzParse decide:FuzzCheck decide:FuzzScreen argschema:FuzzDecimal argschema:FuzzDirectAgreesWithEngine audit:FuzzParseLine audit:FuzzVerify audit:FuzzSelect envelope:FuzzArgsDigest checkcodec:FuzzDecode tooldiff:FuzzCompare envoy:FuzzCheck
+FUZZ_TARGETS := mcpparse:FuzzParse mcpparse:FuzzCarriesResult mcpparse:FuzzWithholdListings mcpparse:FuzzReadDelivery mcpparse:FuzzCheckJSON mcpparse:FuzzDecodeObject mcpparse:FuzzToolDigest mcpparse:FuzzFailed mcpparse:FuzzParamHeaders policy:FuzzParse decide:FuzzCheck decide:FuzzScreen argschema:FuzzDecimal argschema:FuzzDirectAgreesWithEngine audit:FuzzParseLine audit:FuzzVerify audit:FuzzSelect envelope:FuzzArgsDigest checkcodec:FuzzDecode tooldiff:FuzzCompare envoy:FuzzCheck
 fuzz-smoke:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; \

@@ -5,6 +5,7 @@ import (
 	"mime"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/capsnap/capsnap/deny"
 )
@@ -107,10 +108,13 @@ const (
 	base64Suffix = "?="
 )
 
-// DecodeHeaderValue decodes an Mcp-Name or Mcp-Param-* header value the way
-// the MCP Go SDK does: a value wrapped as =?base64?…?= is the standard
-// base64 of the real value; any other value is the value itself. It reports
-// false for a wrapped value that is not valid base64.
+// DecodeHeaderValue decodes an Mcp-Name or Mcp-Param-* header value as the
+// SDKs encode it: a value wrapped as =?base64?…?= is the padded standard
+// base64 of the real value's UTF-8; any other value is the value itself.
+// It reports false for a wrapped value that is not exactly that (another
+// alphabet, missing padding, non-zero trailing bits, line breaks, or bytes
+// that are not UTF-8), as the Python SDK's server does: such a value is
+// read differently by different decoders.
 func DecodeHeaderValue(v string) (string, bool) {
 	inner, ok := strings.CutPrefix(v, base64Prefix)
 	if !ok {
@@ -120,8 +124,12 @@ func DecodeHeaderValue(v string) (string, bool) {
 	if !ok {
 		return v, true
 	}
-	b, err := base64.StdEncoding.DecodeString(inner)
-	if err != nil {
+	// encoding/base64 skips CR and LF, even when strict.
+	if strings.ContainsAny(inner, "\r\n") {
+		return "", false
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(inner)
+	if err != nil || !utf8.Valid(b) {
 		return "", false
 	}
 	return string(b), true

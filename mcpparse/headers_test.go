@@ -94,6 +94,15 @@ func TestHeaders(t *testing.T) {
 		{"response with mcp-method", `{"jsonrpc":"2.0","id":1,"result":{}}`, withJSON("mcp-method", "tools/call"), deny.HeaderMismatch, "a response has no method"},
 		{"batch with mcp-method", `[` + refund(refundArgs) + `]`, withJSON("mcp-method", "tools/call"), deny.HeaderMismatch, "cannot mirror a batch"},
 		{"batch with mcp-name", `[` + refund(refundArgs) + `]`, withJSON("mcp-name", "refund"), deny.HeaderMismatch, "cannot mirror a batch"},
+
+		// Mcp-Param-*: held to the arguments by CheckParamHeaders, and
+		// refused outright on anything but a tools/call request.
+		{"2026 tools/call with mcp-param", call2026(`"refund"`), h2026("mcp-param-region", "eu"), "", ""},
+		{"2026 tools/list with mcp-param", `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, withJSON("mcp-protocol-version", "2026-07-28", "mcp-method", "tools/list", "mcp-param-region", "eu"), deny.HeaderMismatch, "mcp-param-* headers mirror the arguments of a tools/call request"},
+		{"2025-06-18 ping with mcp-param", ping, withJSON("mcp-param-region", "eu"), deny.HeaderMismatch, "tools/call request"},
+		{"notification with mcp-param", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, withJSON("mcp-param-region", "eu"), deny.HeaderMismatch, "tools/call request"},
+		{"response with mcp-param", `{"jsonrpc":"2.0","id":1,"result":{}}`, withJSON("mcp-param-region", "eu"), deny.HeaderMismatch, "tools/call request"},
+		{"batch with mcp-param", `[` + refund(refundArgs) + `]`, withJSON("mcp-param-region", "eu"), deny.HeaderMismatch, "tools/call request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,6 +133,10 @@ func TestDecodeHeaderValue(t *testing.T) {
 		{"=?base64?dMO2w7ZsX3VuaWNvZGU=", "=?base64?dMO2w7ZsX3VuaWNvZGU=", true},
 		{"=?base64?not base64?=", "", false},
 		{"=?base64?dMO2w7ZsX3VuaWNvZGU?=", "", false}, // missing padding
+		{"=?base64?ZXV=?=", "", false},                // trailing bits set
+		{"=?base64?ZX\nU=?=", "", false},              // a line break, which encoding/base64 would skip
+		{"=?base64?Pz8-?=", "", false},                // URL alphabet
+		{"=?base64?/w==?=", "", false},                // not UTF-8
 	}
 	for _, tt := range tests {
 		got, ok := DecodeHeaderValue(tt.in)

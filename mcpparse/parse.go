@@ -107,6 +107,11 @@ type Request struct {
 	Messages []Message
 	// Session is the Mcp-Session-Id header, if any.
 	Session string
+	// ParamHeaders are the Mcp-Param-* headers, by the lower-case name
+	// after ParamHeaderPrefix; nil when there are none. Only a request
+	// that is one tools/call may carry them; CheckParamHeaders holds them
+	// to its arguments.
+	ParamHeaders map[string]string
 
 	// one holds the message of a body that is not a batch, so that the
 	// request and its message are one allocation.
@@ -245,6 +250,12 @@ func Parse(body []byte, headers map[string]string, lim Limits) (*Request, error)
 	}
 	if err := checkMirrorHeaders(r, headers); err != nil {
 		return r, err
+	}
+	r.ParamHeaders = paramHeadersOf(headers)
+	if r.ParamHeaders != nil && (r.Batch || r.Messages[0].Kind != KindRequest || r.Messages[0].Method != "tools/call") {
+		// Refused in every version, as a disagreeing Mcp-Name is: there is
+		// no argument for what routes on the header to see.
+		return r, deny.Errorf(deny.HeaderMismatch, "mcp-param-* headers mirror the arguments of a tools/call request, and this is not one")
 	}
 	return r, nil
 }
