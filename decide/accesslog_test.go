@@ -210,18 +210,7 @@ func TestAccessLogNamesTheRequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.list {
-				// In the same session and version; a 2026-07-28 listing
-				// mirrors its own method and names nothing.
-				h := map[string]string{}
-				for _, k := range []string{"mcp-protocol-version", "mcp-session-id"} {
-					if v, ok := tt.c.Headers[k]; ok {
-						h[k] = v
-					}
-				}
-				if _, ok := tt.c.Headers["mcp-method"]; ok {
-					h["mcp-method"] = "tools/list"
-				}
-				f.list(t, tt.c.Principal, "billing", h)
+				f.listBefore(t, tt.c)
 			}
 			resp, err := f.Check(context.Background(), tt.c.request())
 			if err != nil {

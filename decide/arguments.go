@@ -16,6 +16,8 @@ type schemas struct {
 
 type compiled struct {
 	schema *argschema.Schema
+	// params are the schema's x-mcp-header annotations.
+	params []mcpparse.ParamHeader
 	err    error
 }
 
@@ -26,14 +28,23 @@ const maxSchemas = 4096
 func (c *schemas) get(digest string, inputSchema []byte) compiled {
 	return c.Map.Get(digest, maxSchemas, func() (string, compiled) {
 		s, err := argschema.Compile(inputSchema)
-		return digest, compiled{schema: s, err: err}
+		if err != nil {
+			return digest, compiled{err: err}
+		}
+		params, err := mcpparse.ParamAnnotations(inputSchema)
+		return digest, compiled{schema: s, params: params, err: err}
 	})
 }
 
 // checkArguments holds a call's arguments to the pinned definition's
-// inputSchema, identified by its digest, and returns them decoded (numbers
-// as json.Number, exact for the schema's bounds) for the constraints.
-func (c *schemas) checkArguments(digest string, inputSchema []byte, call *mcpparse.Message) (map[string]any, *deny.Error) {
+// inputSchema, identified by its digest, and its Mcp-Param-* headers to
+// the arguments, as that schema's x-mcp-header annotations bind them; and
+// returns the arguments decoded (numbers as json.Number, exact for the
+// schema's bounds) for the constraints. The headers must be there in
+// version 2026-07-28, whose clients must send them, and agree when sent in
+// any version: what routes on them before the server would otherwise
+// decide on what the server does not execute.
+func (c *schemas) checkArguments(digest string, inputSchema []byte, call *mcpparse.Message, version mcpparse.Version, params map[string]string) (map[string]any, *deny.Error) {
 	s := c.get(digest, inputSchema)
 	if s.err != nil {
 		return nil, deny.Errorf(deny.InvalidArguments, "the pinned inputSchema cannot be used: %v", s.err)
@@ -41,6 +52,9 @@ func (c *schemas) checkArguments(digest string, inputSchema []byte, call *mcppar
 	args, err := call.DecodeArguments()
 	if err != nil {
 		return nil, deny.Errorf(deny.InvalidArguments, "arguments: %v", err)
+	}
+	if fail := mcpparse.CheckParamHeaders(s.params, args, params, version == mcpparse.V20260728); fail != nil {
+		return nil, fail
 	}
 	if err := s.schema.Validate(args); err != nil {
 		return nil, deny.Errorf(deny.InvalidArguments, "%v", err)

@@ -26,10 +26,10 @@ func TestSchemasBounded(t *testing.T) {
 	if _, held := c.Load(fmt.Sprintf("sha256:%d", maxSchemas+9)); !held {
 		t.Fatal("the cache does not hold the last schema")
 	}
-	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":"x"}`)}); fail == nil {
+	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":"x"}`)}, mcpparse.V20250618, nil); fail == nil {
 		t.Fatal("a string passed an integer schema after the cache started over")
 	}
-	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":3}`)}); fail != nil {
+	if _, fail := c.checkArguments("sha256:1", schema, &mcpparse.Message{Arguments: []byte(`{"n":3}`)}, mcpparse.V20250618, nil); fail != nil {
 		t.Fatalf("valid arguments denied: %v", fail)
 	}
 }

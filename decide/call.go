@@ -122,7 +122,7 @@ func (s *Server) verifyCall(d *decision) *deny.Error {
 // policy's constraints, and the call to its sequence rules.
 func (s *Server) checkTerms(d *decision, snap *store.Snapshot, rule policy.Decision, digest string, inputSchema []byte) *deny.Error {
 	// Rules.
-	args, fail := s.schemas.checkArguments(digest, inputSchema, d.call)
+	args, fail := s.schemas.checkArguments(digest, inputSchema, d.call, d.version, d.params)
 	if fail != nil {
 		return fail
 	}

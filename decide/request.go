@@ -65,8 +65,10 @@ type decision struct {
 	session   string
 	version   mcpparse.Version
 	id        json.RawMessage
-	// call is the tools/call message, whose arguments Parse checked.
-	call *mcpparse.Message
+	// call is the tools/call message, whose arguments Parse checked;
+	// params are the request's Mcp-Param-* headers (mcpparse.Request).
+	call   *mcpparse.Message
+	params map[string]string
 	// liveDigest is what the catalog holds now, when it was compared with
 	// the pinned SchemaDigest.
 	liveDigest string
@@ -129,7 +131,7 @@ func (s *Server) evaluate(req *Request, d *decision) *deny.Error {
 			}
 			return err
 		}
-		d.version, d.session, msgs = r.Version, r.Session, r.Messages
+		d.version, d.session, d.params, msgs = r.Version, r.Session, r.ParamHeaders, r.Messages
 		// A batch is named by its first message, unless it carries the one
 		// tools/call or tools/list capsnap decides on (below).
 		d.Method, d.id, d.Name = msgs[0].Method, msgs[0].ID, msgs[0].Name()

@@ -257,6 +257,22 @@ func (f *fixture) list(t testing.TB, principal, server string, headers map[strin
 	return epoch
 }
 
+// listBefore lists billing's tools as c's principal, in c's session and
+// version: a 2026-07-28 listing mirrors its own method and names nothing.
+func (f *fixture) listBefore(t testing.TB, c checkCase) {
+	t.Helper()
+	h := map[string]string{}
+	for _, k := range []string{"mcp-protocol-version", "mcp-session-id"} {
+		if v, ok := c.Headers[k]; ok {
+			h[k] = v
+		}
+	}
+	if _, ok := c.Headers["mcp-method"]; ok {
+		h["mcp-method"] = "tools/list"
+	}
+	f.list(t, c.Principal, "billing", h)
+}
+
 // listingTicket is the listing ticket in an allowed Check's metadata.
 func listingTicket(t testing.TB, resp *authv3.CheckResponse) string {
 	return onTheWire(t, resp).GetDynamicMetadata().GetFields()["listing"].GetStringValue()
