@@ -280,23 +280,7 @@ func TestRev2026RawHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := postWith(t, s, supportAgent, tc.body, tc.headers)
-			var msg struct {
-				ID    json.RawMessage `json:"id"`
-				Error struct {
-					Code int `json:"code"`
-					Data struct {
-						Reason    string   `json:"reason"`
-						Supported []string `json:"supported"`
-						Requested string   `json:"requested"`
-					} `json:"data"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(body, &msg); err != nil {
-				t.Fatalf("HTTP %d %s: %v", resp.StatusCode, body, err)
-			}
-			if resp.StatusCode != http.StatusBadRequest || msg.Error.Code != tc.code || string(msg.ID) != tc.id || msg.Error.Data.Reason != tc.reason {
-				t.Fatalf("HTTP %d %s, want 400 with code %d, id %s and reason %s", resp.StatusCode, body, tc.code, tc.id, tc.reason)
-			}
+			msg := rev2026MustRefuse(t, resp, body, tc.id, tc.code, tc.reason)
 			if tc.code == -32022 && (!slices.Contains(msg.Error.Data.Supported, rev2026) || msg.Error.Data.Requested != "2099-01-01") {
 				t.Fatalf("unsupported version data %s, want supported to name %s and requested 2099-01-01", body, rev2026)
 			}
@@ -339,6 +323,35 @@ func TestRev2026RawHTTP(t *testing.T) {
 			t.Fatalf("tools/list as %s: %s; want %v, cacheScope %q, ttlMs within the server's and the snapshot's", tc.principal, body, tc.tools, tc.scope)
 		}
 	}
+}
+
+// rev2026Refusal is MCP's own error, as capsnap answers a request it
+// refuses for its headers or revision.
+type rev2026Refusal struct {
+	ID    json.RawMessage `json:"id"`
+	Error struct {
+		Code int `json:"code"`
+		Data struct {
+			Reason    string   `json:"reason"`
+			Supported []string `json:"supported"`
+			Requested string   `json:"requested"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// rev2026MustRefuse fails unless resp, whose body is body, is HTTP 400
+// with MCP's error code for the request id, data.reason saying which of
+// capsnap's denials it is.
+func rev2026MustRefuse(t *testing.T, resp *http.Response, body []byte, id string, code int, reason string) rev2026Refusal {
+	t.Helper()
+	var msg rev2026Refusal
+	if err := json.Unmarshal(body, &msg); err != nil {
+		t.Fatalf("HTTP %d %s: %v", resp.StatusCode, body, err)
+	}
+	if resp.StatusCode != http.StatusBadRequest || msg.Error.Code != code || string(msg.ID) != id || msg.Error.Data.Reason != reason {
+		t.Fatalf("HTTP %d %s, want 400 with code %d, id %s and reason %s", resp.StatusCode, body, code, id, reason)
+	}
+	return msg
 }
 
 // rev2026Wire fails unless st's HTTP requests include method's, answered

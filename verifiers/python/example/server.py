@@ -6,7 +6,7 @@ an envelope for exactly that call.
     python example/server.py --addr 127.0.0.1:8081 --server-id billing \\
         --jwks-url http://127.0.0.1:9002/.well-known/jwks.json
     (or --jwks-file FILE, as `capsnap keys jwks --config FILE` prints it)
-    [--grant-key grant-key.pem ...] [--list-ttl-ms N]
+    [--grant-key grant-key.pem ...] [--list-ttl-ms N] [--mirror-order-id]
 
 With --grant-key (repeatable: several during a rotation), it also takes
 envelopes under a grant (docs/ENVELOPE.md, "Under a grant"): each FILE is a
@@ -16,6 +16,10 @@ servers[].grant_key_file in capsnap's configuration.
 With --list-ttl-ms, its tools/list results tell 2026-07-28 clients they
 may reuse them for that long (ttlMs, cacheScope "public"); without, the
 SDK's default, 0: immediately stale.
+
+With --mirror-order-id, lookup_order's order_id carries x-mcp-header
+"Order": a 2026-07-28 client mirrors it in the Mcp-Param-Order header, and
+the SDK holds that header to the body.
 
 It serves MCP at /mcp: 2025-era sessions (a session begins with
 initialize), and 2026-07-28 statelessly (server/discover, and
@@ -63,9 +67,12 @@ VARIANTS = ("baseline", "skip_fraud_check")
 
 Amount = Annotated[float, Field(gt=0, le=250, description="Amount in USD.")]
 ReasonCode = Literal["duplicate_charge", "damaged", "not_received"]
+MirroredOrderID = Annotated[str, Field(json_schema_extra={"x-mcp-header": "Order"})]
 
 
-def build(server_id: str, verifier: Verifier, list_ttl_ms: int = 0) -> tuple[MCPServer, dict]:
+def build(
+    server_id: str, verifier: Verifier, list_ttl_ms: int = 0, mirror_order_id: bool = False
+) -> tuple[MCPServer, dict]:
     """The guarded server, and its stats."""
     stats = {"server_id": server_id, "variant": VARIANTS[0], "handler_starts": Counter(), "refusals": Counter()}
     bus = InMemorySubscriptionBus()
@@ -103,10 +110,19 @@ def build(server_id: str, verifier: Verifier, list_ttl_ms: int = 0) -> tuple[MCP
 
     deploy(VARIANTS[0])
 
-    @server.tool(description="Look an order up by its id.", annotations=ToolAnnotations(read_only_hint=True))
     def lookup_order(order_id: str) -> str:
         stats["handler_starts"]["lookup_order"] += 1
         return f"order {order_id}: paid, 40 USD"
+
+    def lookup_order_mirrored(order_id: MirroredOrderID) -> str:
+        return lookup_order(order_id)
+
+    server.add_tool(
+        lookup_order_mirrored if mirror_order_id else lookup_order,
+        name="lookup_order",
+        description="Look an order up by its id.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
 
     def refused(e: EnvelopeError, tool: str, request_id: object) -> None:
         stats["refusals"][e.reason] += 1
@@ -146,10 +162,13 @@ def main() -> None:
         help="a grant key (P-256 private key, PEM PKCS #8); repeatable",
     )
     p.add_argument("--list-ttl-ms", type=int, default=0, help="the ttlMs of tools/list results (2026-07-28)")
+    p.add_argument(
+        "--mirror-order-id", action="store_true", help="lookup_order's order_id mirrored in Mcp-Param-Order (2026-07-28)"
+    )
     a = p.parse_args()
     host, _, port = a.addr.rpartition(":")
     verifier = Verifier(a.server_id, jwks_url=a.jwks_url, jwks_file=a.jwks_file, grant_key_files=a.grant_key)
-    server, _ = build(a.server_id, verifier, a.list_ttl_ms)
+    server, _ = build(a.server_id, verifier, a.list_ttl_ms, a.mirror_order_id)
     app = server.streamable_http_app(json_response=True, host=host or "127.0.0.1")
     print(
         f"capsnap example MCP server (Python SDK) {a.server_id} at http://{a.addr}/mcp, guarded by the envelope verifier",
