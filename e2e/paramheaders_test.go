@@ -11,7 +11,8 @@ import (
 // Mcp-Param-{Name} (SEP-2243) end to end, on the Python SDK's server with
 // lookup_order's order_id marked x-mcp-header "Order"
 // (verifiers/python/example/server.py --mirror-order-id): the Python SDK's
-// client (mcp 2.3.0) mirrors the argument in Mcp-Param-Order, and capsnap,
+// client (mcp 2.3.0) and the Go SDK's (v1.8.0) mirror the argument in
+// Mcp-Param-Order, and capsnap,
 // which requires the header at 2026-07-28, lets the call run. A request
 // whose Mcp-Param-* headers disagree with its arguments, or lack one, or
 // name an argument the tool does not mark, is answered -32020, HTTP 400,
@@ -28,11 +29,22 @@ func TestRev2026ParamHeaders(t *testing.T) {
 		return bin, append(args, "--mirror-order-id")
 	}})
 
-	a := sdkMustConnect(t, rev2026Client(t), s.MCPURL(), supportAgent)
-	a.list(t)
-	a.mustAllow(t, "lookup_order", lookupA100)
-	if got := starts(t, s, "billing", "lookup_order"); got != 1 {
-		t.Fatalf("lookup_order's handler ran %d times, want once", got)
+	// The SDK clients that speak 2026-07-28 and mirror the argument: the
+	// Python mcp.Client and the Go SDK's client (TypeScript 1.32.2 does not
+	// speak the revision).
+	var kinds []sdkKind
+	for _, kind := range sdkKinds(t) {
+		if kind.name == "python-client" || kind.name == "go" {
+			kinds = append(kinds, kind)
+		}
+	}
+	for i, kind := range kinds {
+		a := sdkMustConnect(t, kind, s.MCPURL(), supportAgent)
+		a.list(t)
+		a.mustAllow(t, "lookup_order", lookupA100)
+		if got := starts(t, s, "billing", "lookup_order"); got != i+1 {
+			t.Fatalf("[%s] lookup_order's handler ran %d times, want %d", kind.name, got, i+1)
+		}
 	}
 
 	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
@@ -69,8 +81,8 @@ func TestRev2026ParamHeaders(t *testing.T) {
 			rev2026MustRefuse(t, resp, body, fmt.Sprint(id), -32020, "header_mismatch")
 		})
 	}
-	if got := starts(t, s, "billing", "lookup_order"); got != 2 {
-		t.Fatalf("lookup_order's handler ran %d times, want twice (the SDK's call and the agreeing raw one)", got)
+	if got := starts(t, s, "billing", "lookup_order"); got != len(kinds)+1 {
+		t.Fatalf("lookup_order's handler ran %d times, want %d (the SDKs' calls and the agreeing raw one)", got, len(kinds)+1)
 	}
 	if st := serverStats(t, s, "billing"); len(st.Refusals) != 0 {
 		t.Fatalf("the server refused calls capsnap allowed: %v", st.Refusals)
